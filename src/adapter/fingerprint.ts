@@ -1,0 +1,34 @@
+/**
+ * The fingerprint of a request body, which decides "same key, same body" (200 duplicate) from
+ * "same key, other body" (409). It covers what the sender chose (to, kind, priority,
+ * reply_to_sequence_id, payload) with object keys sorted, so a client that re-serializes the
+ * same message in another key order is still recognised as repeating itself.
+ */
+import { createHash } from 'node:crypto';
+import type { Envelope } from '../protocol/envelope.js';
+
+export function fingerprint(e: Envelope): Buffer {
+  return createHash('sha256')
+    .update(
+      canonicalJson({
+        to: e.to,
+        kind: e.kind,
+        priority: e.priority,
+        reply_to_sequence_id: e.reply_to_sequence_id ?? null,
+        payload: e.payload,
+      }),
+    )
+    .digest();
+}
+
+/** JSON with object keys in sorted order at every depth. */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  const obj = value as Record<string, unknown>;
+  const parts: string[] = [];
+  for (const k of Object.keys(obj).sort()) {
+    if (obj[k] !== undefined) parts.push(`${JSON.stringify(k)}:${canonicalJson(obj[k])}`);
+  }
+  return `{${parts.join(',')}}`;
+}

@@ -1,0 +1,127 @@
+/**
+ * The write path: POST /v1/messages and POST /v1/messages/batch. A body is checked, routed and
+ * turned into a draft here; the group commit stores it; only then is the sender answered.
+ */
+import { type Assignment, parseEnvelope } from '../protocol/envelope.js';
+import { GatewayError, isGatewayError } from '../protocol/errors.js';
+import { parseJson } from '../protocol/http.js';
+import type { MessageDraft } from '../store/store.js';
+import { fingerprint } from './fingerprint.js';
+import type { GroupCommit } from './group-commit.js';
+import { route } from './routing.js';
+import type { Topology } from './topology.js';
+
+/** Envelopes one batch request may carry (CONTRACT.md). */
+export const MAX_BATCH = 100;
+
+export interface WriteContext {
+  readonly topology: Topology;
+  readonly commits: GroupCommit;
+  readonly maxMessageBytes: number;
+}
+
+export type Ack = Assignment & { duplicate: boolean };
+
+export type BatchResult =
+  | ({ status: 201 | 200 } & Ack)
+  | { status: number; error: string; message: string; field?: string };
+
+export async function postMessage(
+  ctx: WriteContext,
+  sender: string,
+  body: Buffer,
+): Promise<{ status: 201 | 200; ack: Ack }> {
+  const draft = toDraft(ctx, sender, parseJson(body), Date.now());
+  const [outcome] = await ctx.commits.submit([draft]);
+  if (outcome === undefined) throw new Error('group commit returned no outcome');
+  if (outcome.status === 'rejected') throw outcome.error;
+  return {
+    status: outcome.status,
+    ack: { ...outcome.assignment, duplicate: outcome.status === 200 },
+  };
+}
+
+/**
+ * Each item is answered in order, with the status it would have had alone; the accepted ones
+ * are committed together, in the order given, in one transaction.
+ */
+export async function postBatch(
+  ctx: WriteContext,
+  sender: string,
+  body: Buffer,
+): Promise<BatchResult[]> {
+  const value = parseJson(body) as { messages?: unknown } | null;
+  const items = typeof value === 'object' && value !== null ? value.messages : undefined;
+  if (!Array.isArray(items) || items.length === 0 || items.length > MAX_BATCH) {
+    throw new GatewayError(
+      'invalid_request',
+      `messages: must be an array of 1 to ${MAX_BATCH} envelopes`,
+      { field: 'messages' },
+    );
+  }
+  const receivedAt = Date.now();
+  const results: BatchResult[] = new Array(items.length);
+  const drafts: MessageDraft[] = [];
+  const positions: number[] = [];
+  items.forEach((item, i) => {
+    try {
+      const size = Buffer.byteLength(JSON.stringify(item));
+      if (size > ctx.maxMessageBytes) {
+        throw new GatewayError(
+          'payload_too_large',
+          `message ${i} is ${size} bytes; the limit is ${ctx.maxMessageBytes}`,
+        );
+      }
+      drafts.push(toDraft(ctx, sender, item, receivedAt));
+      positions.push(i);
+    } catch (err) {
+      if (!isGatewayError(err)) throw err;
+      results[i] = errorResult(err);
+    }
+  });
+  if (drafts.length > 0) {
+    const outcomes = await ctx.commits.submit(drafts);
+    outcomes.forEach((o, j) => {
+      results[positions[j]!] =
+        o.status === 'rejected'
+          ? errorResult(o.error)
+          : { status: o.status, ...o.assignment, duplicate: o.status === 200 };
+    });
+  }
+  return results;
+}
+
+function toDraft(
+  ctx: WriteContext,
+  sender: string,
+  value: unknown,
+  receivedAt: number,
+): MessageDraft {
+  const envelope = parseEnvelope(value);
+  if (envelope.sender !== undefined && envelope.sender !== sender) {
+    throw new GatewayError(
+      'sender_mismatch',
+      `the token is ${sender}'s but the body says sender "${envelope.sender}"`,
+      {
+        field: 'sender',
+      },
+    );
+  }
+  const { channel, recipients } = route(ctx.topology, sender, envelope.to);
+  return {
+    sender,
+    idempotencyKey: envelope.idempotency_key,
+    fingerprint: fingerprint(envelope),
+    channel,
+    kind: envelope.kind,
+    priority: envelope.priority,
+    replyTo: envelope.reply_to_sequence_id ?? null,
+    payloadJson: JSON.stringify(envelope.payload),
+    receivedAt,
+    recipients,
+  };
+}
+
+function errorResult(err: GatewayError): BatchResult {
+  return { status: err.status, ...err.toJSON() };
+}

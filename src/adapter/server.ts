@@ -1,0 +1,226 @@
+/**
+ * The adapter's HTTP server: opens the store, listens, checks the store's integrity, and routes
+ * requests. Shutdown stops intake, lets commits in flight finish and answer, then closes the
+ * database.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { dirname } from 'node:path';
+import type { Logger } from 'pino';
+import { GatewayError, isGatewayError } from '../protocol/errors.js';
+import { readBody, sendError, sendJson } from '../protocol/http.js';
+import { SqliteStore } from '../store/sqlite-store.js';
+import { GroupCommit } from './group-commit.js';
+import { MAX_BATCH, postBatch, postMessage, type WriteContext } from './messages.js';
+import { AdapterMetrics } from './metrics.js';
+import { allChannels, assertReader } from './routing.js';
+import type { AdapterSettings } from './settings.js';
+import { agentForTokenHash, type Topology } from './topology.js';
+
+export interface AdapterOptions {
+  readonly settings: AdapterSettings;
+  readonly topology: Topology;
+  readonly logger: Logger;
+}
+
+export interface Adapter {
+  /** http://host:port it listens on (the real port when the setting asked for 0). */
+  readonly url: string;
+  /** Settles when the startup integrity check has run: resolves if it passed, else rejects. */
+  readonly ready: Promise<void>;
+  readonly metrics: AdapterMetrics;
+  /** Stops intake, finishes and answers commits in flight, closes the database. */
+  close(): Promise<void>;
+}
+
+/** Replay page size: default and most per request. */
+const REPLAY_DEFAULT_LIMIT = 100;
+const REPLAY_MAX_LIMIT = 1000;
+/** How long shutdown waits for requests in flight before cutting their connections. */
+const SHUTDOWN_GRACE_MS = 10_000;
+const CHANNEL_PATH = /^\/v1\/channels\/([^/]+)\/messages$/;
+
+export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
+  const { settings, topology, logger } = opts;
+  mkdirSync(dirname(settings.db), { recursive: true });
+  const store = new SqliteStore(settings.db, { sync: settings.sync });
+  store.ensureChannels(allChannels(topology));
+  const metrics = new AdapterMetrics();
+  const commits = new GroupCommit(store, {
+    onCommit: (s) => metrics.commit(s),
+    onError: (err) => {
+      metrics.commitError();
+      logger.error({ err }, 'group commit failed; its senders were told to retry');
+    },
+  });
+  const ctx: WriteContext = { topology, commits, maxMessageBytes: settings.maxMessageBytes };
+  let ready = false;
+  let closing = false;
+  let inFlight = 0;
+  let idle: (() => void) | undefined;
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
+    if (path === '/health') {
+      if (ready && !closing) return sendJson(res, 200, { status: 'ready' });
+      throw new GatewayError(
+        'not_ready',
+        closing ? 'the adapter is shutting down' : 'the store is not checked yet',
+      );
+    }
+    if (path === '/metrics') {
+      const text = await metrics.registry.metrics();
+      res.writeHead(200, { 'content-type': metrics.registry.contentType });
+      res.end(text);
+      return;
+    }
+    if (closing)
+      throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
+    if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
+    const sender = authenticate(topology, req);
+    if (path === '/v1/messages') {
+      expectMethod(req, 'POST');
+      const body = await readBody(req, settings.maxMessageBytes);
+      const { status, ack } = await counted(metrics, postMessage(ctx, sender, body), (r) =>
+        r.ack.duplicate ? 'duplicate' : 'created',
+      );
+      return sendJson(res, status, ack);
+    }
+    if (path === '/v1/messages/batch') {
+      expectMethod(req, 'POST');
+      // Each item is held to the single-message limit; the whole body to a batch of them.
+      const body = await readBody(req, settings.maxMessageBytes * MAX_BATCH);
+      const results = await counted(metrics, postBatch(ctx, sender, body), () => 'batch');
+      return sendJson(res, 200, { results });
+    }
+    const channelPath = CHANNEL_PATH.exec(path);
+    if (channelPath !== null) {
+      expectMethod(req, 'GET');
+      const channel = decodeURIComponent(channelPath[1]!);
+      assertReader(topology, sender, channel);
+      const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
+      const after = intParam(query, 'after', 0, 0, Number.MAX_SAFE_INTEGER);
+      const limit = intParam(query, 'limit', REPLAY_DEFAULT_LIMIT, 1, REPLAY_MAX_LIMIT);
+      const rows = store.channelMessages(channel, after, limit);
+      return sendJson(res, 200, `{"messages":[${rows.join(',')}]}`);
+    }
+    throw new GatewayError('not_found', `no endpoint ${req.method} ${path}`);
+  };
+
+  const server = createServer((req, res) => {
+    inFlight++;
+    if (closing) res.setHeader('connection', 'close');
+    res.once('close', () => {
+      if (--inFlight === 0) idle?.();
+    });
+    handle(req, res).catch((err: unknown) => {
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      if (isGatewayError(err)) return sendError(res, err);
+      logger.error({ err, method: req.method, url: req.url }, 'request failed');
+      sendError(res, new GatewayError('internal', 'the adapter failed to handle the request'));
+    });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(settings.listen.port, settings.listen.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+
+  const readyPromise = store.quickCheck().then((problems) => {
+    if (problems.length > 0) {
+      throw new Error(
+        `PRAGMA quick_check found ${problems.length} problem(s): ${problems.slice(0, 3).join('; ')}`,
+      );
+    }
+    ready = true;
+  });
+  // The caller decides what a failed check means (the CLI exits); no unhandled rejection here.
+  readyPromise.catch(() => {});
+
+  const close = async (): Promise<void> => {
+    if (closing) return;
+    closing = true;
+    server.close();
+    server.closeIdleConnections();
+    // Whatever is queued commits now and is answered; new requests are refused meanwhile.
+    commits.flush();
+    if (inFlight > 0) {
+      await new Promise<void>((resolve) => {
+        idle = resolve;
+        setTimeout(resolve, SHUTDOWN_GRACE_MS).unref();
+      });
+    }
+    commits.flush();
+    server.closeAllConnections();
+    store.close();
+  };
+
+  return { url, ready: readyPromise, metrics, close };
+}
+
+function authenticate(topology: Topology, req: IncomingMessage): string {
+  const header = req.headers.authorization;
+  const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : '';
+  if (token === '')
+    throw new GatewayError('unauthorized', 'an Authorization: Bearer <token> header is required');
+  const agent = agentForTokenHash(topology, createHash('sha256').update(token).digest());
+  if (agent === undefined)
+    throw new GatewayError('unauthorized', 'the bearer token belongs to no agent');
+  return agent.id;
+}
+
+function expectMethod(req: IncomingMessage, method: string): void {
+  if (req.method !== method) {
+    throw new GatewayError(
+      'method_not_allowed',
+      `${req.url?.split('?')[0]} takes ${method}, not ${req.method}`,
+    );
+  }
+}
+
+function intParam(
+  query: URLSearchParams,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  const raw = query.get(name);
+  if (raw === null) return fallback;
+  const n = Number(raw);
+  if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max) {
+    throw new GatewayError('invalid_request', `${name}: must be an integer from ${min} to ${max}`, {
+      field: name,
+    });
+  }
+  return n;
+}
+
+async function counted<T>(
+  metrics: AdapterMetrics,
+  work: Promise<T>,
+  outcome: (r: T) => string,
+): Promise<T> {
+  try {
+    const r = await work;
+    metrics.answered(outcome(r));
+    return r;
+  } catch (err) {
+    metrics.answered(isGatewayError(err) ? err.code : 'internal');
+    throw err;
+  }
+}

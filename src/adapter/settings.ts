@@ -1,0 +1,54 @@
+/**
+ * The adapter's settings (CONTRACT.md, "Adapter settings"), each with its AGW_* variable and
+ * default. docs/reference/configuration.md describes them for operators.
+ */
+import { z } from 'zod';
+import { intSetting, listenSetting, type SettingSpec } from '../cli/settings.js';
+
+export const ADAPTER_SETTINGS = {
+  /** Where the adapter listens. Default 0.0.0.0:8080. */
+  listen: { env: 'AGW_LISTEN', default: '0.0.0.0:8080' },
+  /** Path of the topology file (JSON or YAML). Required. */
+  topology: { env: 'AGW_TOPOLOGY' },
+  /** The SQLite database file. Default ./data/adapter.db; its folder is created. */
+  db: { env: 'AGW_DB', default: './data/adapter.db' },
+  /** full (default) or normal: see SyncMode in store/sqlite-store.ts for what normal risks. */
+  sync: { env: 'AGW_SYNC', default: 'full' },
+  /** Largest message (request body of POST /v1/messages), bytes. Default 262144 (256 KiB). */
+  maxMessageBytes: { env: 'AGW_MAX_MESSAGE_BYTES', default: '262144' },
+  /** Per-agent bounded queue. Default 500. */
+  queueCapacity: { env: 'AGW_QUEUE_CAPACITY', default: '500' },
+  /** How long a delivery waits for its ack, ms. Default 30000. */
+  leaseMs: { env: 'AGW_LEASE_MS', default: '30000' },
+  /** Redeliveries after the first, then dead-letter. Default 3. */
+  maxRetries: { env: 'AGW_MAX_RETRIES', default: '3' },
+  /** Redelivery backoff base, ms. Default 1000. */
+  retryBaseMs: { env: 'AGW_RETRY_BASE_MS', default: '1000' },
+  /** Messages older than this are pruned, contracts never. Default 30. */
+  retentionDays: { env: 'AGW_RETENTION_DAYS', default: '30' },
+  /** stdout (default): JSON lines. */
+  log: { env: 'AGW_LOG', default: 'stdout' },
+  /** pino level. Default info. */
+  logLevel: { env: 'AGW_LOG_LEVEL', default: 'info' },
+} as const satisfies Record<string, SettingSpec>;
+
+export const AdapterSettingsSchema = z.strictObject({
+  listen: listenSetting,
+  topology: z
+    .string({ error: 'is required: the path of the topology file' })
+    .min(1, 'must not be empty'),
+  db: z.string().min(1, 'must not be empty'),
+  sync: z.enum(['full', 'normal'], { error: 'must be full or normal' }),
+  maxMessageBytes: intSetting(1024, 16 * 1024 * 1024),
+  queueCapacity: intSetting(1, 1_000_000),
+  leaseMs: intSetting(100, 24 * 3600 * 1000),
+  maxRetries: intSetting(0, 100),
+  retryBaseMs: intSetting(1, 3600 * 1000),
+  retentionDays: intSetting(1, 36500),
+  log: z.enum(['stdout'], { error: 'must be stdout (journald arrives with the journald writer)' }),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+    error: 'must be one of fatal, error, warn, info, debug, trace, silent',
+  }),
+});
+
+export type AdapterSettings = z.output<typeof AdapterSettingsSchema>;

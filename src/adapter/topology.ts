@@ -1,0 +1,126 @@
+/**
+ * The topology file: agents with their token hashes, static channels with their members, and the
+ * agent that receives alerts. Validated whole at start; membership is fixed until a restart
+ * (seed 000, "Membership is static").
+ */
+import { timingSafeEqual } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { ADAPTER_SENDER, NAME_PATTERN } from '../protocol/envelope.js';
+
+const name = z
+  .string()
+  .regex(NAME_PATTERN, 'must be 1-64 of A-Z a-z 0-9 _ . - (not starting with . _ -)');
+
+const TopologySchema = z.strictObject({
+  agents: z
+    .array(
+      z.strictObject({
+        id: name.refine((id) => id !== ADAPTER_SENDER, `"${ADAPTER_SENDER}" is reserved`),
+        role: z.string().min(1).max(64).optional(),
+        token_sha256: z
+          .string()
+          .regex(/^[0-9a-fA-F]{64}$/, 'must be the hex SHA-256 of the token (64 hex digits)'),
+      }),
+    )
+    .min(1, 'must list at least one agent'),
+  channels: z.array(z.strictObject({ name, members: z.array(name).min(1) })).default([]),
+  alerts_to: name,
+});
+
+export interface Agent {
+  readonly id: string;
+  readonly role: string | undefined;
+  readonly tokenHash: Buffer;
+}
+
+export interface Channel {
+  readonly name: string;
+  readonly members: ReadonlySet<string>;
+}
+
+export interface Topology {
+  readonly agents: ReadonlyMap<string, Agent>;
+  readonly channels: ReadonlyMap<string, Channel>;
+  readonly alertsTo: string;
+}
+
+/** A topology that cannot be used; `message` is the one line the adapter prints before exit 2. */
+export class TopologyError extends Error {
+  override name = 'TopologyError';
+}
+
+export function loadTopology(path: string): Topology {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new TopologyError(`topology ${path}: cannot read: ${(err as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = /\.json$/i.test(path) ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new TopologyError(
+      `topology ${path}: not valid ${/\.json$/i.test(path) ? 'JSON' : 'YAML'}: ${firstLine(err)}`,
+    );
+  }
+  return compileTopology(raw, path);
+}
+
+/** Validates a parsed topology; `source` names it in errors. */
+export function compileTopology(raw: unknown, source = 'topology'): Topology {
+  const parsed = TopologySchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const at = issue?.path.map(String).join('.') || '(root)';
+    throw new TopologyError(`topology ${source}: ${at}: ${issue?.message ?? 'invalid'}`);
+  }
+  const fail = (msg: string): never => {
+    throw new TopologyError(`topology ${source}: ${msg}`);
+  };
+  const agents = new Map<string, Agent>();
+  const hashes = new Map<string, string>();
+  parsed.data.agents.forEach((a, i) => {
+    if (agents.has(a.id)) fail(`agents.${i}.id: duplicate agent id "${a.id}"`);
+    const hash = a.token_sha256.toLowerCase();
+    const other = hashes.get(hash);
+    if (other !== undefined)
+      fail(`agents.${i}.token_sha256: "${a.id}" has the same token as "${other}"`);
+    hashes.set(hash, a.id);
+    agents.set(a.id, { id: a.id, role: a.role, tokenHash: Buffer.from(hash, 'hex') });
+  });
+  const channels = new Map<string, Channel>();
+  parsed.data.channels.forEach((c, i) => {
+    if (channels.has(c.name)) fail(`channels.${i}.name: duplicate channel "${c.name}"`);
+    const members = new Set<string>();
+    c.members.forEach((m, j) => {
+      if (!agents.has(m))
+        fail(`channels.${i}.members.${j}: unknown agent "${m}" in channel "${c.name}"`);
+      if (members.has(m)) fail(`channels.${i}.members.${j}: "${m}" is listed twice in "${c.name}"`);
+      members.add(m);
+    });
+    channels.set(c.name, { name: c.name, members });
+  });
+  if (!agents.has(parsed.data.alerts_to))
+    fail(`alerts_to: unknown agent "${parsed.data.alerts_to}"`);
+  return { agents, channels, alertsTo: parsed.data.alerts_to };
+}
+
+/**
+ * The agent a token's SHA-256 belongs to. Every agent's hash is compared with timingSafeEqual and
+ * the loop never stops early, so the time taken says nothing about which hash matched or how
+ * much of one did.
+ */
+export function agentForTokenHash(topology: Topology, tokenHash: Buffer): Agent | undefined {
+  let found: Agent | undefined;
+  for (const agent of topology.agents.values()) {
+    if (timingSafeEqual(agent.tokenHash, tokenHash) && found === undefined) found = agent;
+  }
+  return found;
+}
+
+function firstLine(err: unknown): string {
+  return String((err as Error).message ?? err).split('\n')[0] ?? '';
+}

@@ -1,0 +1,58 @@
+/**
+ * `agent-gateway adapter`: reads the settings and the topology, starts the adapter, and stops
+ * it on SIGTERM or SIGINT. Exit 2 for a bad setting or topology (one line on stderr), 1 when the
+ * store cannot be opened or fails its integrity check.
+ */
+
+import { startAdapter } from '../adapter/server.js';
+import { ADAPTER_SETTINGS, AdapterSettingsSchema } from '../adapter/settings.js';
+import { loadTopology } from '../adapter/topology.js';
+import { createLogger } from '../log.js';
+import { readSettings, SettingsError } from './settings.js';
+
+export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const { settings, positionals } = readSettings(
+    ADAPTER_SETTINGS,
+    AdapterSettingsSchema,
+    argv,
+    env,
+  );
+  if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
+  const topology = loadTopology(settings.topology);
+  const logger = createLogger('agent-gateway-adapter', settings.logLevel);
+  let adapter: Awaited<ReturnType<typeof startAdapter>>;
+  try {
+    adapter = await startAdapter({ settings, topology, logger });
+  } catch (err) {
+    logger.fatal({ err }, `adapter cannot start: ${(err as Error).message}`);
+    return 1;
+  }
+  logger.info(
+    { url: adapter.url, db: settings.db, sync: settings.sync },
+    `adapter listening on ${adapter.url}`,
+  );
+
+  const stopped = new Promise<number>((resolve) => {
+    const stop = (signal: string) => {
+      logger.info({ signal }, 'adapter stopping: intake closed, finishing commits in flight');
+      adapter.close().then(
+        () => resolve(0),
+        (err: unknown) => {
+          logger.error({ err }, 'adapter did not stop cleanly');
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  try {
+    await adapter.ready;
+    logger.info({ url: adapter.url }, 'adapter ready: store open and quick_check passed');
+  } catch (err) {
+    logger.fatal({ err }, `adapter store failed its integrity check: ${(err as Error).message}`);
+    await adapter.close();
+    return 1;
+  }
+  return stopped;
+}

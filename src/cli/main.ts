@@ -1,0 +1,53 @@
+#!/usr/bin/env node
+/**
+ * The agent-gateway command: one program, a subcommand per role (CONTRACT.md).
+ */
+import { TopologyError } from '../adapter/topology.js';
+import { runAdapter } from './adapter.js';
+import { SettingsError } from './settings.js';
+
+const USAGE = `usage: agent-gateway <command> [flags]
+
+commands:
+  adapter     run the central adapter (AGW_TOPOLOGY or --topology is required)
+
+Every setting is an AGW_* variable or the flag spelled from it; see README.md.`;
+
+const COMMANDS: Record<
+  string,
+  (argv: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>
+> = {
+  adapter: runAdapter,
+};
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return command === undefined ? 2 : 0;
+  }
+  const run = COMMANDS[command];
+  if (run === undefined) {
+    process.stderr.write(`agent-gateway: unknown command "${command}"\n${USAGE}\n`);
+    return 2;
+  }
+  try {
+    return await run(rest, process.env);
+  } catch (err) {
+    if (err instanceof SettingsError || err instanceof TopologyError) {
+      process.stderr.write(`agent-gateway ${command}: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(`agent-gateway: ${(err as Error)?.stack ?? String(err)}\n`);
+    process.exitCode = 1;
+  },
+);

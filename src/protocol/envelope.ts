@@ -1,0 +1,104 @@
+/**
+ * The message envelope of CONTRACT.md: what a sender posts, checked with zod, and the fields the
+ * adapter adds. Shared by the adapter, the sidecar and the client.
+ */
+import { z } from 'zod';
+import { GatewayError } from './errors.js';
+
+export const PRIORITIES = ['normal', 'critical'] as const;
+export type Priority = (typeof PRIORITIES)[number];
+
+/** The kinds CONTRACT.md names. Other short kinds are accepted and carried unchanged. */
+export const KNOWN_KINDS = [
+  'task/request',
+  'task/update',
+  'task/result',
+  'task/cancel',
+  'signal',
+  'escalation',
+  'policy/update',
+  'status',
+  'system/ping',
+] as const;
+
+/** Kinds only the adapter itself sends (sender "adapter"); an agent posting one gets a 400. */
+export const ADAPTER_KIND_PREFIX = 'alert/';
+
+/** The sender id of messages the adapter writes itself; no agent may take it. */
+export const ADAPTER_SENDER = 'adapter';
+
+/** Agent ids and channel names: short, URL-safe, case-sensitive. */
+export const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const KIND_PATTERN = /^[a-z][a-z0-9_.-]*(\/[a-z0-9_.-]+)*$/;
+/** Printable ASCII without spaces: a UUID fits, and so does any key a client may already use. */
+const KEY_PATTERN = /^[\x21-\x7e]{1,128}$/;
+
+const taskId = z.string().min(1).max(200);
+
+/**
+ * Payload schemas of the task kinds (seed 001's typed protocol). Extra fields are kept: the
+ * schema says what must be there, not what may not.
+ */
+export const PAYLOAD_SCHEMAS: Partial<Record<string, z.ZodType>> = {
+  'task/request': z.looseObject({ task_id: taskId, description: z.string().min(1) }),
+  'task/update': z.looseObject({ task_id: taskId }),
+  'task/result': z.looseObject({
+    task_id: taskId,
+    status: z.enum(['success', 'failure', 'pending']),
+    reason: z.string().optional(),
+  }),
+  'task/cancel': z.looseObject({ task_id: taskId }),
+};
+
+export const EnvelopeSchema = z.strictObject({
+  idempotency_key: z.string().regex(KEY_PATTERN, 'must be 1-128 printable ASCII characters'),
+  to: z
+    .string()
+    .regex(/^@?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, 'must be a channel name or @agent')
+    .refine((to) => to !== `@${ADAPTER_SENDER}`, 'the adapter takes no direct messages'),
+  kind: z
+    .string()
+    .max(64)
+    .regex(KIND_PATTERN, 'must be a short lowercase kind such as task/request')
+    .refine((k) => !k.startsWith(ADAPTER_KIND_PREFIX), 'alert/ kinds are sent by the adapter only'),
+  priority: z.enum(PRIORITIES).default('normal'),
+  reply_to_sequence_id: z.int().positive().max(Number.MAX_SAFE_INTEGER).nullable().optional(),
+  payload: z.record(z.string(), z.unknown()).default({}),
+  /** Optional; when present it must name the authenticated agent (else 403 sender_mismatch). */
+  sender: z.string().optional(),
+});
+
+export type Envelope = z.output<typeof EnvelopeSchema>;
+
+/** What the adapter assigns and returns in its acknowledgement. */
+export interface Assignment {
+  message_id: string;
+  channel: string;
+  channel_sequence_id: number;
+  timestamp_iso8601: string;
+  idempotency_key: string;
+}
+
+/**
+ * Checks a parsed JSON value against the envelope and, for the task kinds, the payload schema.
+ * Throws a 400 `invalid_envelope` naming the first field at fault.
+ */
+export function parseEnvelope(value: unknown): Envelope {
+  const base = EnvelopeSchema.safeParse(value);
+  if (!base.success) throw fieldError(base.error, '');
+  const schema = PAYLOAD_SCHEMAS[base.data.kind];
+  if (schema !== undefined) {
+    const payload = schema.safeParse(base.data.payload);
+    if (!payload.success) throw fieldError(payload.error, 'payload.');
+  }
+  return base.data;
+}
+
+function fieldError(error: z.ZodError, prefix: string): GatewayError {
+  const issue = error.issues[0];
+  const field = prefix + (issue?.path.map(String).join('.') ?? '');
+  const where = field === '' ? 'body' : field;
+  return new GatewayError('invalid_envelope', `${where}: ${issue?.message ?? 'invalid'}`, {
+    field: where,
+  });
+}

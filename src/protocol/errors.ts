@@ -1,0 +1,72 @@
+/**
+ * The one error catalogue. Every error either program reports, in TypeScript (`err.code`) and
+ * in HTTP bodies (`{"error": code, "message": ...}`), comes from here. Codes are stable
+ * snake_case: callers match on `code`, never on the message, and a retired code is never reused.
+ * docs/reference/errors.md documents each one; test/protocol/errors-documented.test.ts keeps the
+ * two in step.
+ */
+
+export interface ErrorSpec {
+  readonly status: number;
+  /** true when the same request may succeed later unchanged (the sidecar queues these). */
+  readonly retryable: boolean;
+}
+
+export const ERRORS = {
+  invalid_json: { status: 400, retryable: false },
+  invalid_envelope: { status: 400, retryable: false },
+  invalid_request: { status: 400, retryable: false },
+  reply_to_not_found: { status: 400, retryable: false },
+  unauthorized: { status: 401, retryable: false },
+  sender_mismatch: { status: 403, retryable: false },
+  not_member: { status: 403, retryable: false },
+  unknown_channel: { status: 404, retryable: false },
+  unknown_agent: { status: 404, retryable: false },
+  not_found: { status: 404, retryable: false },
+  method_not_allowed: { status: 405, retryable: false },
+  idempotency_conflict: { status: 409, retryable: false },
+  payload_too_large: { status: 413, retryable: false },
+  unsupported_media_type: { status: 415, retryable: false },
+  overloaded: { status: 503, retryable: true },
+  not_ready: { status: 503, retryable: true },
+  shutting_down: { status: 503, retryable: true },
+  storage_error: { status: 503, retryable: true },
+  internal: { status: 500, retryable: true },
+} as const satisfies Record<string, ErrorSpec>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export class GatewayError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly retryable: boolean;
+  /** The request field at fault, as a dotted path (`payload.task_id`), when there is one. */
+  readonly field: string | undefined;
+  /** Seconds the caller should wait before retrying, sent as Retry-After. */
+  readonly retryAfterS: number | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    opts: { field?: string; retryAfterS?: number; cause?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'GatewayError';
+    this.code = code;
+    this.status = ERRORS[code].status;
+    this.retryable = ERRORS[code].retryable;
+    this.field = opts.field;
+    this.retryAfterS = opts.retryAfterS ?? (ERRORS[code].status === 503 ? 1 : undefined);
+  }
+
+  /** The HTTP body for this error; the same shape everywhere. */
+  toJSON(): { error: ErrorCode; message: string; field?: string } {
+    return this.field === undefined
+      ? { error: this.code, message: this.message }
+      : { error: this.code, message: this.message, field: this.field };
+  }
+}
+
+export function isGatewayError(err: unknown): err is GatewayError {
+  return err instanceof GatewayError;
+}

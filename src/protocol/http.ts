@@ -1,0 +1,61 @@
+/**
+ * The HTTP plumbing both programs share: bounded body reads and JSON answers whose error bodies
+ * come from the one catalogue (errors.ts).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { GatewayError } from './errors.js';
+
+/**
+ * Reads a request body of at most `limit` bytes. A larger body is refused with 413 as soon as
+ * Content-Length or the bytes read so far show it, without buffering the rest.
+ */
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  if (declared > limit) return Promise.reject(tooLarge(limit));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        req.off('data', onData);
+        reject(tooLarge(limit));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    req.on('data', onData);
+    req.once('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)));
+    req.once('error', reject);
+  });
+}
+
+function tooLarge(limit: number): GatewayError {
+  return new GatewayError('payload_too_large', `the request body is larger than ${limit} bytes`);
+}
+
+/** Parses a JSON body; a syntax error is a 400 that says where. */
+export function parseJson(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new GatewayError('invalid_json', `the body is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+export function sendJson(res: ServerResponse, status: number, body: string | object): void {
+  const text = typeof body === 'string' ? body : JSON.stringify(body);
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+  });
+  res.end(text);
+}
+
+export function sendError(res: ServerResponse, err: GatewayError): void {
+  if (err.retryAfterS !== undefined) res.setHeader('retry-after', String(err.retryAfterS));
+  if (err.status === 401) res.setHeader('www-authenticate', 'Bearer');
+  // A 413 leaves the rest of the body unread: close rather than read it to reuse the socket.
+  if (err.status === 413) res.setHeader('connection', 'close');
+  sendJson(res, err.status, err.toJSON());
+}
