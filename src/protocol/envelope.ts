@@ -89,16 +89,19 @@ export function parseEnvelope(value: unknown): Envelope {
   const schema = PAYLOAD_SCHEMAS[base.data.kind];
   if (schema !== undefined) {
     const payload = schema.safeParse(base.data.payload);
-    if (!payload.success) throw fieldError(payload.error, 'payload.');
+    if (!payload.success) throw fieldError(payload.error, 'payload');
   }
   return base.data;
 }
 
 function fieldError(error: z.ZodError, prefix: string): GatewayError {
   const issue = error.issues[0];
-  const field = prefix + (issue?.path.map(String).join('.') ?? '');
-  const where = field === '' ? 'body' : field;
-  return new GatewayError('invalid_envelope', `${where}: ${issue?.message ?? 'invalid'}`, {
-    field: where,
-  });
+  const path = issue?.path.map(String) ?? [];
+  let message = issue?.message ?? 'invalid';
+  if (issue?.code === 'unrecognized_keys') {
+    path.push(issue.keys[0] ?? '');
+    message = 'is not a field of the envelope';
+  }
+  const where = [prefix, ...path].filter((p) => p !== '').join('.') || 'body';
+  return new GatewayError('invalid_envelope', `${where}: ${message}`, { field: where });
 }

@@ -1,0 +1,43 @@
+import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** The seed's agents and channels; each agent's token is `token-<id>`. */
+export const AGENTS = ['orchestrator', 'pm', 'engineering', 'qa', 'research', 'growth'] as const;
+export type AgentId = (typeof AGENTS)[number];
+
+export const CHANNELS: Record<string, readonly AgentId[]> = {
+  'all-agents': AGENTS,
+  product: ['pm', 'engineering', 'qa', 'research', 'growth'],
+  platform: ['orchestrator'],
+};
+
+export function tokenOf(agent: string): string {
+  return `token-${agent}`;
+}
+
+export function sha256Hex(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+export function topologyObject() {
+  return {
+    agents: AGENTS.map((id) => ({ id, role: id, token_sha256: sha256Hex(tokenOf(id)) })),
+    channels: Object.entries(CHANNELS).map(([name, members]) => ({ name, members: [...members] })),
+    alerts_to: 'orchestrator',
+  };
+}
+
+/** A temp folder removed by the returned cleanup. */
+export function tempDir(prefix = 'agw-'): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Writes the test topology as JSON into dir and returns its path. */
+export function writeTopology(dir: string, topology: unknown = topologyObject()): string {
+  const path = join(dir, 'topology.json');
+  writeFileSync(path, JSON.stringify(topology));
+  return path;
+}
