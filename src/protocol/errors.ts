@@ -26,7 +26,6 @@ export const ERRORS = {
   method_not_allowed: { status: 405, retryable: false },
   idempotency_conflict: { status: 409, retryable: false },
   payload_too_large: { status: 413, retryable: false },
-  unsupported_media_type: { status: 415, retryable: false },
   overloaded: { status: 503, retryable: true },
   not_ready: { status: 503, retryable: true },
   shutting_down: { status: 503, retryable: true },

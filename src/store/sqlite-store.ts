@@ -151,6 +151,12 @@ export class SqliteStore implements Store {
     })();
   }
 
+  /** The synchronous mode the connection really has, read back from SQLite. */
+  get synchronous(): SyncMode | number {
+    const level = this.#db.pragma('synchronous', { simple: true }) as number;
+    return level === 2 ? 'full' : level === 1 ? 'normal' : level;
+  }
+
   quickCheck(): Promise<string[]> {
     return runQuickCheck(this.#file);
   }

@@ -33,7 +33,12 @@ afterAll(cleanup);
 const routes = Object.fromEntries(
   AGENTS.map((a) => [
     a,
-    [...Object.entries(CHANNELS).filter(([, m]) => m.includes(a)).map(([c]) => c), ...AGENTS.map((b) => `@${b}`)],
+    [
+      ...Object.entries(CHANNELS)
+        .filter(([, m]) => m.includes(a))
+        .map(([c]) => c),
+      ...AGENTS.map((b) => `@${b}`),
+    ],
   ]),
 );
 const pick = <T>(xs: readonly T[]): T => xs[Math.floor(Math.random() * xs.length)]!;
@@ -51,7 +56,9 @@ function newMessage(agent: string = pick(AGENTS)): Sent {
 }
 
 describe('the adapter under SIGKILL', () => {
-  it(`keeps every acknowledged message exactly once with gap-free sequences over ${KILLS} kills`, { timeout: 300_000 }, async () => {
+  it(`keeps every acknowledged message exactly once with gap-free sequences over ${KILLS} kills`, {
+    timeout: 300_000,
+  }, async () => {
     const db = join(dir, 'adapter.db');
     const topology = writeTopology(dir);
     const acked = new Map<string, Acked>(); // `${agent}/${key}` → assignment
@@ -62,7 +69,11 @@ describe('the adapter under SIGKILL', () => {
     let duplicatesSeen = 0;
     let sentTotal = 0;
 
-    const record = (s: Sent, status: number, body: Acked & { duplicate?: boolean; error?: string }) => {
+    const record = (
+      s: Sent,
+      status: number,
+      body: Acked & { duplicate?: boolean; error?: string },
+    ) => {
       const id = `${s.agent}/${s.body.idempotency_key}`;
       expect([200, 201], `${id}: ${JSON.stringify(body)}`).toContain(status);
       const previous = acked.get(id);
@@ -71,7 +82,11 @@ describe('the adapter under SIGKILL', () => {
         expect(body).toMatchObject(previous);
       }
       if (status === 200) duplicatesSeen++;
-      acked.set(id, { message_id: body.message_id, channel: body.channel, channel_sequence_id: body.channel_sequence_id });
+      acked.set(id, {
+        message_id: body.message_id,
+        channel: body.channel,
+        channel_sequence_id: body.channel_sequence_id,
+      });
     };
 
     /** One sender: single messages mostly, a batch of 5 now and then, until the adapter dies. */
@@ -83,18 +98,24 @@ describe('the adapter under SIGKILL', () => {
           const batch = randomUUID();
           const agent = pick(AGENTS);
           const items = Array.from({ length: 5 }, () => newMessage(agent));
-          everyBatch.set(batch, items.map((s) => `${agent}/${s.body.idempotency_key}`));
+          everyBatch.set(
+            batch,
+            items.map((s) => `${agent}/${s.body.idempotency_key}`),
+          );
           sentTotal += items.length;
           try {
             const res = await pool.request({
               method: 'POST',
               path: '/v1/messages/batch',
-              headers: { authorization: `Bearer ${tokenOf(agent)}`, 'content-type': 'application/json' },
+              headers: {
+                authorization: `Bearer ${tokenOf(agent)}`,
+                'content-type': 'application/json',
+              },
               body: JSON.stringify({ messages: items.map((s) => s.body) }),
             });
             const out = (await res.body.json()) as { results: (Acked & { status: number })[] };
             expect(res.statusCode).toBe(200);
-            out.results.forEach((r, i) => record(items[i]!, r.status, r));
+            for (const [i, r] of out.results.entries()) record(items[i]!, r.status, r);
           } catch (err) {
             if (err instanceof Error && err.name === 'AssertionError') throw err;
             unanswered.push(...items);
@@ -107,7 +128,10 @@ describe('the adapter under SIGKILL', () => {
           const res = await pool.request({
             method: 'POST',
             path: '/v1/messages',
-            headers: { authorization: `Bearer ${tokenOf(s.agent)}`, 'content-type': 'application/json' },
+            headers: {
+              authorization: `Bearer ${tokenOf(s.agent)}`,
+              'content-type': 'application/json',
+            },
             body: JSON.stringify(s.body),
           });
           record(s, res.statusCode, (await res.body.json()) as Acked);
@@ -126,10 +150,21 @@ describe('the adapter under SIGKILL', () => {
         const stored = new Map<string, Acked & { n: number }>();
         for (const r of conn
           .prepare('SELECT sender, idempotency_key AS key, message_id, channel, seq FROM messages')
-          .all() as { sender: string; key: string; message_id: string; channel: string; seq: number }[]) {
+          .all() as {
+          sender: string;
+          key: string;
+          message_id: string;
+          channel: string;
+          seq: number;
+        }[]) {
           const id = `${r.sender}/${r.key}`;
           const prev = stored.get(id);
-          stored.set(id, { message_id: r.message_id, channel: r.channel, channel_sequence_id: r.seq, n: (prev?.n ?? 0) + 1 });
+          stored.set(id, {
+            message_id: r.message_id,
+            channel: r.channel,
+            channel_sequence_id: r.seq,
+            n: (prev?.n ?? 0) + 1,
+          });
         }
         for (const [id, a] of acked) {
           const s = stored.get(id);
@@ -137,11 +172,25 @@ describe('the adapter under SIGKILL', () => {
           expect(s).toEqual({ ...a, n: 1 });
         }
         const seqs = conn
-          .prepare('SELECT c.name, c.last_seq, count(m.id) AS n, min(m.seq) AS lo, max(m.seq) AS hi FROM channels c LEFT JOIN messages m ON m.channel = c.name GROUP BY c.name')
-          .all() as { name: string; last_seq: number; n: number; lo: number | null; hi: number | null }[];
+          .prepare(
+            'SELECT c.name, c.last_seq, count(m.id) AS n, min(m.seq) AS lo, max(m.seq) AS hi FROM channels c LEFT JOIN messages m ON m.channel = c.name GROUP BY c.name',
+          )
+          .all() as {
+          name: string;
+          last_seq: number;
+          n: number;
+          lo: number | null;
+          hi: number | null;
+        }[];
         for (const c of seqs) {
           // unique (channel, seq) + count = max = last_seq  ⇒  exactly 1..N
-          expect(c, c.name).toEqual({ name: c.name, last_seq: c.last_seq, n: c.last_seq, lo: c.n ? 1 : null, hi: c.n ? c.last_seq : null });
+          expect(c, c.name).toEqual({
+            name: c.name,
+            last_seq: c.last_seq,
+            n: c.last_seq,
+            lo: c.n ? 1 : null,
+            hi: c.n ? c.last_seq : null,
+          });
         }
         for (const [batch, ids] of everyBatch) {
           const present = ids.filter((id) => stored.has(id)).length;
@@ -177,15 +226,20 @@ describe('the adapter under SIGKILL', () => {
       const pool = new Pool(adapter.url, { connections: SENDERS });
       const rest = unanswered;
       unanswered = [];
-      await Promise.all(rest.map(async (s) => {
-        const res = await pool.request({
-          method: 'POST',
-          path: '/v1/messages',
-          headers: { authorization: `Bearer ${tokenOf(s.agent)}`, 'content-type': 'application/json' },
-          body: JSON.stringify(s.body),
-        });
-        record(s, res.statusCode, (await res.body.json()) as Acked);
-      }));
+      await Promise.all(
+        rest.map(async (s) => {
+          const res = await pool.request({
+            method: 'POST',
+            path: '/v1/messages',
+            headers: {
+              authorization: `Bearer ${tokenOf(s.agent)}`,
+              'content-type': 'application/json',
+            },
+            body: JSON.stringify(s.body),
+          });
+          record(s, res.statusCode, (await res.body.json()) as Acked);
+        }),
+      );
       await pool.destroy();
       adapter.child.kill('SIGTERM');
       expect((await adapter.exited).code).toBe(0);

@@ -14,11 +14,15 @@ import { tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 const { dir, cleanup } = tempDir('agw-pba-');
 afterAll(cleanup);
 
-it('every acknowledged message is already committed when its 201 arrives', { timeout: 60_000 }, async () => {
+it('every acknowledged message is already committed when its 201 arrives', {
+  timeout: 60_000,
+}, async () => {
   const db = join(dir, 'adapter.db');
   const adapter = await spawnAdapter(['--topology', writeTopology(dir), '--db', db]);
   const reader = new Database(db, { readonly: true });
-  const find = reader.prepare('SELECT seq FROM messages WHERE sender = ? AND idempotency_key = ?').pluck();
+  const find = reader
+    .prepare('SELECT seq FROM messages WHERE sender = ? AND idempotency_key = ?')
+    .pluck();
   const pool = new Pool(adapter.url, { connections: 32 });
   let checked = 0;
   try {
@@ -29,8 +33,16 @@ it('every acknowledged message is already committed when its 201 arrives', { tim
           const res = await pool.request({
             method: 'POST',
             path: '/v1/messages',
-            headers: { authorization: `Bearer ${tokenOf('pm')}`, 'content-type': 'application/json' },
-            body: JSON.stringify({ idempotency_key: key, to: 'product', kind: 'status', payload: { w, i } }),
+            headers: {
+              authorization: `Bearer ${tokenOf('pm')}`,
+              'content-type': 'application/json',
+            },
+            body: JSON.stringify({
+              idempotency_key: key,
+              to: 'product',
+              kind: 'status',
+              payload: { w, i },
+            }),
           });
           const ack = (await res.body.json()) as { channel_sequence_id: number };
           expect(res.statusCode).toBe(201);

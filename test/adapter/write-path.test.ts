@@ -43,7 +43,9 @@ describe('POST /v1/messages', () => {
     const at = Date.parse(a.body.timestamp_iso8601);
     expect(at).toBeGreaterThanOrEqual(before);
     expect(at).toBeLessThanOrEqual(Date.now());
-    expect(a.body.message_id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(a.body.message_id).toMatch(
+      /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/,
+    );
   });
 
   it('returns the original assignment with duplicate: true for the same key and body', async () => {
@@ -73,7 +75,10 @@ describe('POST /v1/messages', () => {
     expect(other.body.error).toBe('idempotency_conflict');
     const stored = rows<{ body: string }>('SELECT body FROM messages');
     expect(stored).toHaveLength(1);
-    expect(JSON.parse(stored[0]!.body)).toMatchObject({ message_id: first.body.message_id, payload: { text: 'hello' } });
+    expect(JSON.parse(stored[0]!.body)).toMatchObject({
+      message_id: first.body.message_id,
+      payload: { text: 'hello' },
+    });
   });
 
   it('creates one delivery row per recipient, none for the sender of a channel message', async () => {
@@ -104,15 +109,24 @@ describe('POST /v1/messages', () => {
   });
 
   it('checks the payload of the task kinds', async () => {
-    const ok = await post('pm', msg('product', { kind: 'task/result', payload: { task_id: 'T-1', status: 'success' } }));
+    const ok = await post(
+      'pm',
+      msg('product', { kind: 'task/result', payload: { task_id: 'T-1', status: 'success' } }),
+    );
     expect(ok.status).toBe(201);
-    const bad = await post('pm', msg('product', { kind: 'task/result', payload: { task_id: 'T-1', status: 'done' } }));
+    const bad = await post(
+      'pm',
+      msg('product', { kind: 'task/result', payload: { task_id: 'T-1', status: 'done' } }),
+    );
     expect(bad.status).toBe(400);
     expect(bad.body).toMatchObject({ error: 'invalid_envelope', field: 'payload.status' });
   });
 
   it('stores the message as every reader sees it', async () => {
-    const m = msg('product', { kind: 'task/request', payload: { task_id: 'T-9', description: 'ship it' } });
+    const m = msg('product', {
+      kind: 'task/request',
+      payload: { task_id: 'T-9', description: 'ship it' },
+    });
     const ack = await post('pm', m);
     const replay = await call(t.url, 'GET', '/v1/channels/product/messages', { agent: 'qa' });
     expect(replay.body.messages).toEqual([
@@ -138,27 +152,47 @@ describe('POST /v1/messages/batch', () => {
     await post('pm', dup);
     const res = await call(t.url, 'POST', '/v1/messages/batch', {
       agent: 'pm',
-      body: { messages: [msg('product'), msg('platform'), dup, msg('@nobody'), msg('product'), { to: 'product' }] },
+      body: {
+        messages: [
+          msg('product'),
+          msg('platform'),
+          dup,
+          msg('@nobody'),
+          msg('product'),
+          { to: 'product' },
+        ],
+      },
     });
     expect(res.status).toBe(200);
-    expect(res.body.results.map((r: { status: number }) => r.status)).toEqual([201, 403, 200, 404, 201, 400]);
+    expect(res.body.results.map((r: { status: number }) => r.status)).toEqual([
+      201, 403, 200, 404, 201, 400,
+    ]);
     expect(res.body.results[0].channel_sequence_id).toBe(2);
     expect(res.body.results[2]).toMatchObject({ channel_sequence_id: 1, duplicate: true });
     expect(res.body.results[4].channel_sequence_id).toBe(3);
-    expect(res.body.results[5]).toMatchObject({ error: 'invalid_envelope', field: 'idempotency_key' });
+    expect(res.body.results[5]).toMatchObject({
+      error: 'invalid_envelope',
+      field: 'idempotency_key',
+    });
     expect(rows('SELECT * FROM messages')).toHaveLength(3);
   });
 
   it('sees a key repeated inside one batch as a duplicate of the earlier item', async () => {
     const m = msg('product');
-    const res = await call(t.url, 'POST', '/v1/messages/batch', { agent: 'pm', body: { messages: [m, m] } });
+    const res = await call(t.url, 'POST', '/v1/messages/batch', {
+      agent: 'pm',
+      body: { messages: [m, m] },
+    });
     expect(res.body.results.map((r: { status: number }) => r.status)).toEqual([201, 200]);
     expect(rows('SELECT * FROM messages')).toHaveLength(1);
   });
 
   it('refuses an empty or oversized batch naming the field', async () => {
     for (const messages of [[], Array.from({ length: 101 }, () => msg('product')), 'x']) {
-      const res = await call(t.url, 'POST', '/v1/messages/batch', { agent: 'pm', body: { messages } });
+      const res = await call(t.url, 'POST', '/v1/messages/batch', {
+        agent: 'pm',
+        body: { messages },
+      });
       expect(res.status).toBe(400);
       expect(res.body).toMatchObject({ error: 'invalid_request', field: 'messages' });
     }
@@ -168,27 +202,37 @@ describe('POST /v1/messages/batch', () => {
 describe('GET /v1/channels/{name}/messages', () => {
   it('pages through a channel in sequence order for members only', async () => {
     for (let i = 0; i < 5; i++) await post(i % 2 ? 'qa' : 'pm', msg('product', { payload: { i } }));
-    const page = await call(t.url, 'GET', '/v1/channels/product/messages?after=1&limit=3', { agent: 'growth' });
+    const page = await call(t.url, 'GET', '/v1/channels/product/messages?after=1&limit=3', {
+      agent: 'growth',
+    });
     expect(page.status).toBe(200);
-    expect(page.body.messages.map((m: { channel_sequence_id: number }) => m.channel_sequence_id)).toEqual([2, 3, 4]);
-    expect(page.body.messages.map((m: { payload: { i: number } }) => m.payload.i)).toEqual([1, 2, 3]);
-    const outsider = await call(t.url, 'GET', '/v1/channels/product/messages', { agent: 'orchestrator' });
+    expect(
+      page.body.messages.map((m: { channel_sequence_id: number }) => m.channel_sequence_id),
+    ).toEqual([2, 3, 4]);
+    expect(page.body.messages.map((m: { payload: { i: number } }) => m.payload.i)).toEqual([
+      1, 2, 3,
+    ]);
+    const outsider = await call(t.url, 'GET', '/v1/channels/product/messages', {
+      agent: 'orchestrator',
+    });
     expect(outsider.status).toBe(403);
     expect(outsider.body.error).toBe('not_member');
   });
 
   it('lets only the owner read a direct channel', async () => {
     await post('pm', msg('@qa'));
-    const own = await call(t.url, 'GET', `/v1/channels/${encodeURIComponent('@qa')}/messages`, { agent: 'qa' });
+    const own = await call(t.url, 'GET', `/v1/channels/${encodeURIComponent('@qa')}/messages`, {
+      agent: 'qa',
+    });
     expect(own.body.messages).toHaveLength(1);
     const other = await call(t.url, 'GET', '/v1/channels/@qa/messages', { agent: 'pm' });
     expect(other.status).toBe(403);
   });
 
   it('answers 404 for an unknown channel and 400 for a bad query', async () => {
-    expect((await call(t.url, 'GET', '/v1/channels/nope/messages', { agent: 'pm' })).body.error).toBe(
-      'unknown_channel',
-    );
+    expect(
+      (await call(t.url, 'GET', '/v1/channels/nope/messages', { agent: 'pm' })).body.error,
+    ).toBe('unknown_channel');
     const bad = await call(t.url, 'GET', '/v1/channels/product/messages?limit=0', { agent: 'pm' });
     expect(bad.status).toBe(400);
     expect(bad.body).toMatchObject({ error: 'invalid_request', field: 'limit' });

@@ -22,7 +22,9 @@ export interface TestAdapter {
   stop: () => Promise<void>;
 }
 
-export async function startTestAdapter(overrides: Record<string, string> = {}): Promise<TestAdapter> {
+export async function startTestAdapter(
+  overrides: Record<string, string> = {},
+): Promise<TestAdapter> {
   const { dir, cleanup } = tempDir();
   const db = join(dir, 'adapter.db');
   const settings = AdapterSettingsSchema.parse({
@@ -68,7 +70,10 @@ export interface ChildAdapter {
 }
 
 /** Starts `agent-gateway adapter` as a child process and waits until it is ready. */
-export function spawnAdapter(args: string[], env: Record<string, string> = {}): Promise<ChildAdapter> {
+export function spawnAdapter(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<ChildAdapter> {
   const child = spawn(process.execPath, [CLI, 'adapter', '--listen', '127.0.0.1:0', ...args], {
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -115,13 +120,17 @@ export function runCli(args: string[], env: Record<string, string> = {}) {
   });
 }
 
+/** A JSON answer of any shape: tests index into it freely. */
+// biome-ignore lint/suspicious/noExplicitAny: test bodies are checked by the assertions that read them
+export type Json = any;
+
 /** A JSON request with an agent's token. */
 export async function call(
   url: string,
   method: string,
   path: string,
   opts: { agent?: string; body?: unknown; raw?: string; headers?: Record<string, string> } = {},
-): Promise<{ status: number; body: any; headers: Headers }> {
+): Promise<{ status: number; body: Json; headers: Headers }> {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...opts.headers };
   if (opts.agent !== undefined) headers.authorization = `Bearer ${tokenOf(opts.agent)}`;
   const res = await fetch(url + path, {
@@ -130,7 +139,7 @@ export async function call(
     body: opts.raw ?? (opts.body === undefined ? undefined : JSON.stringify(opts.body)),
   });
   const text = await res.text();
-  let body: any = text;
+  let body: Json = text;
   try {
     body = JSON.parse(text);
   } catch {}

@@ -1,0 +1,115 @@
+/**
+ * A bad setting or topology stops `agent-gateway adapter` at start with exit 2 and one line on
+ * stderr naming the variable (or the topology entry) and the problem.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runCli } from '../helpers/adapter.js';
+import { tempDir, topologyObject, writeTopology } from '../helpers/topology.js';
+
+const { dir, cleanup } = tempDir('agw-cli-');
+afterAll(cleanup);
+const topology = writeTopology(dir);
+const db = join(dir, 'a.db');
+
+function expectOneLine(
+  res: { code: number | null; stderr: string; stdout: string },
+  ...parts: string[]
+) {
+  expect(res.code).toBe(2);
+  const lines = res.stderr.trim().split('\n');
+  expect(lines, res.stderr).toHaveLength(1);
+  for (const p of parts) expect(lines[0]).toContain(p);
+  expect(res.stdout).toBe('');
+}
+
+describe('bad settings', () => {
+  it.each([
+    [{ AGW_QUEUE_CAPACITY: 'lots' }, [], ['AGW_QUEUE_CAPACITY', 'integer', '"lots"']],
+    [{ AGW_SYNC: 'off' }, [], ['AGW_SYNC', 'full or normal']],
+    [{ AGW_LISTEN: 'localhost' }, [], ['AGW_LISTEN', 'host:port']],
+    [{}, ['--lease-ms', '-5'], ['AGW_LEASE_MS (--lease-ms)', 'integer']],
+    [
+      { AGW_QUEUE_CAPACITI: '5' },
+      [],
+      ['AGW_QUEUE_CAPACITI', 'unknown setting', 'did you mean AGW_QUEUE_CAPACITY'],
+    ],
+    [{}, ['--lisen', '1.2.3.4:5'], ['--lisen', 'unknown flag', 'did you mean --listen']],
+    [{}, ['--db'], ['--db', 'needs a value']],
+  ] as const)('%o %o is refused', async (env, args, parts) => {
+    expectOneLine(
+      await runCli(['adapter', '--topology', topology, '--db', db, ...args], env),
+      ...parts,
+    );
+  });
+
+  it('names a missing topology', async () => {
+    expectOneLine(await runCli(['adapter', '--db', db]), 'AGW_TOPOLOGY', 'required');
+  });
+
+  it('lets a flag win over the variable', async () => {
+    // AGW_SYNC is bad but --sync overrides it: the next problem reported is the lease
+    const res = await runCli(
+      ['adapter', '--topology', topology, '--db', db, '--sync', 'normal', '--lease-ms', 'x'],
+      {
+        AGW_SYNC: 'bad',
+      },
+    );
+    expectOneLine(res, 'AGW_LEASE_MS');
+  });
+});
+
+describe('bad topology', () => {
+  const base = topologyObject();
+  const cases: [string, unknown, string[]][] = [
+    [
+      'an unknown member',
+      { ...base, channels: [{ name: 'product', members: ['pm', 'qa2'] }] },
+      ['channels.0.members.1', 'unknown agent "qa2"'],
+    ],
+    [
+      'a duplicate id',
+      { ...base, agents: [...base.agents, { ...base.agents[1]!, token_sha256: 'a'.repeat(64) }] },
+      ['agents.6.id', 'duplicate agent id "pm"'],
+    ],
+    [
+      'a bad hash',
+      {
+        ...base,
+        agents: [{ ...base.agents[0]!, token_sha256: 'not-a-hash' }, ...base.agents.slice(1)],
+      },
+      ['agents.0.token_sha256', '64 hex digits'],
+    ],
+    [
+      'a shared token',
+      {
+        ...base,
+        agents: [...base.agents, { id: 'twin', token_sha256: base.agents[0]!.token_sha256 }],
+      },
+      ['agents.6.token_sha256', 'same token'],
+    ],
+    [
+      'an unknown alerts_to',
+      { ...base, alerts_to: 'nobody' },
+      ['alerts_to', 'unknown agent "nobody"'],
+    ],
+    ['an unknown key', { ...base, chanels: [] }, ['chanels']],
+    [
+      'the reserved id',
+      { ...base, agents: [...base.agents, { id: 'adapter', token_sha256: 'b'.repeat(64) }] },
+      ['agents.6.id', 'reserved'],
+    ],
+  ];
+  it.each(cases)('%s stops the adapter', async (_name, topo, parts) => {
+    const path = join(dir, `bad-${Math.random()}.json`);
+    writeFileSync(path, JSON.stringify(topo));
+    expectOneLine(await runCli(['adapter', '--topology', path, '--db', db]), 'topology', ...parts);
+  });
+
+  it('reads YAML and says where it is broken', async () => {
+    const path = join(dir, 'bad.yaml');
+    writeFileSync(path, 'agents: [ {id: pm\n');
+    expectOneLine(await runCli(['adapter', '--topology', path, '--db', db]), 'not valid YAML');
+  });
+});
