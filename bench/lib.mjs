@@ -1,0 +1,132 @@
+// Shared pieces of the benchmarks: start a target process, drive it with a closed loop of
+// in-flight requests over an undici Pool, and summarise latencies.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash, randomUUID } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { Pool } from 'undici';
+
+export const CLI = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+export const AGENTS = ['orchestrator', 'pm', 'engineering', 'qa', 'research', 'growth'];
+
+export function tokenOf(agent) {
+  return `bench-token-${agent}`;
+}
+
+/** A temp folder with the seed topology in it. */
+export function benchDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'agw-bench-'));
+  const sha = (s) => createHash('sha256').update(s).digest('hex');
+  const topology = join(dir, 'topology.json');
+  writeFileSync(
+    topology,
+    JSON.stringify({
+      agents: AGENTS.map((id) => ({ id, token_sha256: sha(tokenOf(id)) })),
+      channels: [
+        { name: 'all-agents', members: AGENTS },
+        { name: 'product', members: AGENTS.slice(1) },
+        { name: 'platform', members: ['orchestrator'] },
+      ],
+      alerts_to: 'orchestrator',
+    }),
+  );
+  return { dir, topology, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Starts a process that prints a JSON line with `url` when ready; resolves with {url, stop}. */
+export function startProcess(args, env = {}, readyWhen = (e) => e.msg?.startsWith('adapter ready')) {
+  const child = spawn(process.execPath, args, {
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  return new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      let entry;
+      try {
+        entry = JSON.parse(line);
+      } catch {
+        return;
+      }
+      if (readyWhen(entry) && entry.url) {
+        resolve({
+          url: entry.url,
+          pid: child.pid,
+          stop: async (signal = 'SIGTERM') => {
+            child.kill(signal);
+            return exited;
+          },
+        });
+      }
+    });
+    exited.then(({ code, signal }) => reject(new Error(`process exited (${code ?? signal}) before ready`)));
+  });
+}
+
+export function startAdapter(dir, topology, extraArgs = [], env = {}) {
+  return startProcess(
+    [CLI, 'adapter', '--listen', '127.0.0.1:0', '--topology', topology, '--db', join(dir, 'adapter.db'), ...extraArgs],
+    env,
+  );
+}
+
+/**
+ * Runs `inflight` concurrent loops of `makeRequest(i)` against url for `seconds` after a warm-up,
+ * and returns throughput and latency percentiles of the measured part.
+ */
+export async function closedLoop(url, { inflight, seconds, warmupSeconds = 1, makeRequest, check }) {
+  const pool = new Pool(url, { connections: inflight, pipelining: 1, keepAliveTimeout: 60_000 });
+  const latencies = [];
+  let i = 0;
+  let errors = 0;
+  const run = async (until, record) => {
+    const loops = Array.from({ length: inflight }, async () => {
+      while (performance.now() < until) {
+        const req = makeRequest(i++);
+        const t0 = performance.now();
+        const res = await pool.request(req);
+        const body = await res.body.text();
+        const dt = performance.now() - t0;
+        if (!check(res.statusCode, body)) errors++;
+        if (record) latencies.push(dt);
+      }
+    });
+    await Promise.all(loops);
+  };
+  await run(performance.now() + warmupSeconds * 1000, false);
+  const started = performance.now();
+  await run(started + seconds * 1000, true);
+  const elapsed = (performance.now() - started) / 1000;
+  await pool.close();
+  latencies.sort((a, b) => a - b);
+  const pct = (p) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
+  return {
+    n: latencies.length,
+    seconds: round(elapsed, 2),
+    per_second: Math.round(latencies.length / elapsed),
+    p50_ms: round(pct(50), 3),
+    p99_ms: round(pct(99), 3),
+    errors,
+  };
+}
+
+export function round(x, digits) {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}
+
+/** Sums of a Prometheus histogram from /metrics text. */
+export async function histogram(url, name) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const value = (suffix) => Number(new RegExp(`^${name}_${suffix} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+  return { sum: value('sum'), count: value('count') };
+}
+
+/** A UUIDv7: 48 bits of milliseconds, then randomness (as the sidecar makes them). */
+export function uuidv7() {
+  const time = Date.now().toString(16).padStart(12, '0');
+  return `${time.slice(0, 8)}-${time.slice(8, 12)}-7${randomUUID().slice(15)}`;
+}

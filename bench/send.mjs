@@ -1,0 +1,63 @@
+// Acknowledged sends per second and ack latency at 1, 16 and 64 in flight, ~1 KiB payloads,
+// over HTTP with an undici Pool: the bare HTTP floor, then the adapter with synchronous=FULL and
+// NORMAL. One JSON line per measurement on stdout.
+//
+//   node bench/send.mjs [--seconds 5] [--inflight 1,16,64] [--to @qa]
+import { randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { benchDir, closedLoop, histogram, round, startAdapter, startProcess, tokenOf, uuidv7 } from './lib.mjs';
+
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '5' },
+    inflight: { type: 'string', default: '1,16,64' },
+    to: { type: 'string', default: '@qa' },
+    // v7: time-ordered keys, what the sidecar and client make; v4: random keys, the worst case
+    // for the (sender, key) index, one B-tree page written per message
+    keys: { type: 'string', default: 'v7' },
+  },
+});
+const seconds = Number(values.seconds);
+const levels = values.inflight.split(',').map(Number);
+const text = 'x'.repeat(1000);
+const headers = { authorization: `Bearer ${tokenOf('pm')}`, 'content-type': 'application/json' };
+const makeRequest = () => ({
+  method: 'POST',
+  path: '/v1/messages',
+  headers,
+  body: JSON.stringify({ idempotency_key: newKey(), to: values.to, kind: 'status', payload: { text } }),
+});
+const newKey = values.keys === 'v4' ? randomUUID : uuidv7;
+const created = (status) => status === 201;
+const emit = (o) => console.log(JSON.stringify({ bench: 'send', to: values.to, keys: values.keys, ...o }));
+
+const floor = await startProcess([new URL('./floor-server.mjs', import.meta.url).pathname], {}, (e) => e.msg === 'floor ready');
+for (const inflight of levels) {
+  emit({ target: 'http-floor', inflight, ...(await closedLoop(floor.url, { inflight, seconds, makeRequest, check: created })) });
+}
+await floor.stop();
+
+for (const sync of ['full', 'normal']) {
+  const { dir, topology, cleanup } = benchDir();
+  const adapter = await startAdapter(dir, topology, ['--sync', sync]);
+  for (const inflight of levels) {
+    const before = await histogram(adapter.url, 'agw_commit_seconds');
+    const beforeSize = await histogram(adapter.url, 'agw_commit_messages');
+    const r = await closedLoop(adapter.url, { inflight, seconds, makeRequest, check: created });
+    const after = await histogram(adapter.url, 'agw_commit_seconds');
+    const afterSize = await histogram(adapter.url, 'agw_commit_messages');
+    const commits = after.count - before.count;
+    emit({
+      target: 'adapter',
+      sync,
+      inflight,
+      ...r,
+      // measured part and warm-up together: the shape of the commits, not a rate
+      messages_per_commit: round((afterSize.sum - beforeSize.sum) / commits, 1),
+      commit_ms_avg: round(((after.sum - before.sum) / commits) * 1000, 3),
+      commit_share_of_wall: round((after.sum - before.sum) / (r.seconds + 1), 3),
+    });
+  }
+  await adapter.stop();
+  cleanup();
+}
