@@ -14,11 +14,16 @@ const server = createServer((req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {
-    res.writeHead(201, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(answer) });
+    res.writeHead(201, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(answer),
+    });
     res.end(answer);
   });
 });
 server.listen(0, '127.0.0.1', () => {
-  console.log(JSON.stringify({ msg: 'floor ready', url: `http://127.0.0.1:${server.address().port}` }));
+  console.log(
+    JSON.stringify({ msg: 'floor ready', url: `http://127.0.0.1:${server.address().port}` }),
+  );
 });
 process.on('SIGTERM', () => server.close(() => process.exit(0)));

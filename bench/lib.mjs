@@ -1,8 +1,8 @@
 // Shared pieces of the benchmarks: start a target process, drive it with a closed loop of
 // in-flight requests over an undici Pool, and summarise latencies.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -37,12 +37,18 @@ export function benchDir() {
 }
 
 /** Starts a process that prints a JSON line with `url` when ready; resolves with {url, stop}. */
-export function startProcess(args, env = {}, readyWhen = (e) => e.msg?.startsWith('adapter ready')) {
+export function startProcess(
+  args,
+  env = {},
+  readyWhen = (e) => e.msg?.startsWith('adapter ready'),
+) {
   const child = spawn(process.execPath, args, {
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
   return new Promise((resolve, reject) => {
     createInterface({ input: child.stdout }).on('line', (line) => {
       let entry;
@@ -62,13 +68,25 @@ export function startProcess(args, env = {}, readyWhen = (e) => e.msg?.startsWit
         });
       }
     });
-    exited.then(({ code, signal }) => reject(new Error(`process exited (${code ?? signal}) before ready`)));
+    exited.then(({ code, signal }) =>
+      reject(new Error(`process exited (${code ?? signal}) before ready`)),
+    );
   });
 }
 
 export function startAdapter(dir, topology, extraArgs = [], env = {}) {
   return startProcess(
-    [CLI, 'adapter', '--listen', '127.0.0.1:0', '--topology', topology, '--db', join(dir, 'adapter.db'), ...extraArgs],
+    [
+      CLI,
+      'adapter',
+      '--listen',
+      '127.0.0.1:0',
+      '--topology',
+      topology,
+      '--db',
+      join(dir, 'adapter.db'),
+      ...extraArgs,
+    ],
     env,
   );
 }
@@ -77,7 +95,10 @@ export function startAdapter(dir, topology, extraArgs = [], env = {}) {
  * Runs `inflight` concurrent loops of `makeRequest(i)` against url for `seconds` after a warm-up,
  * and returns throughput and latency percentiles of the measured part.
  */
-export async function closedLoop(url, { inflight, seconds, warmupSeconds = 1, makeRequest, check }) {
+export async function closedLoop(
+  url,
+  { inflight, seconds, warmupSeconds = 1, makeRequest, check },
+) {
   const pool = new Pool(url, { connections: inflight, pipelining: 1, keepAliveTimeout: 60_000 });
   const latencies = [];
   let i = 0;
@@ -102,7 +123,8 @@ export async function closedLoop(url, { inflight, seconds, warmupSeconds = 1, ma
   const elapsed = (performance.now() - started) / 1000;
   await pool.close();
   latencies.sort((a, b) => a - b);
-  const pct = (p) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
+  const pct = (p) =>
+    latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
   return {
     n: latencies.length,
     seconds: round(elapsed, 2),
@@ -121,7 +143,8 @@ export function round(x, digits) {
 /** Sums of a Prometheus histogram from /metrics text. */
 export async function histogram(url, name) {
   const text = await (await fetch(`${url}/metrics`)).text();
-  const value = (suffix) => Number(new RegExp(`^${name}_${suffix} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+  const value = (suffix) =>
+    Number(new RegExp(`^${name}_${suffix} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
   return { sum: value('sum'), count: value('count') };
 }
 

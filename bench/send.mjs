@@ -2,10 +2,20 @@
 // over HTTP with an undici Pool: the bare HTTP floor, then the adapter with synchronous=FULL and
 // NORMAL. One JSON line per measurement on stdout.
 //
-//   node bench/send.mjs [--seconds 5] [--inflight 1,16,64] [--to @qa]
+//   node bench/send.mjs [--seconds 5] [--inflight 1,16,64] [--to @qa] [--keys v7|v4]
+//                       [--floor yes|no] [--sync full,normal]
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { benchDir, closedLoop, histogram, round, startAdapter, startProcess, tokenOf, uuidv7 } from './lib.mjs';
+import {
+  benchDir,
+  closedLoop,
+  histogram,
+  round,
+  startAdapter,
+  startProcess,
+  tokenOf,
+  uuidv7,
+} from './lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -15,6 +25,8 @@ const { values } = parseArgs({
     // v7: time-ordered keys, what the sidecar and client make; v4: random keys, the worst case
     // for the (sender, key) index, one B-tree page written per message
     keys: { type: 'string', default: 'v7' },
+    floor: { type: 'string', default: 'yes' },
+    sync: { type: 'string', default: 'full,normal' },
   },
 });
 const seconds = Number(values.seconds);
@@ -25,19 +37,32 @@ const makeRequest = () => ({
   method: 'POST',
   path: '/v1/messages',
   headers,
-  body: JSON.stringify({ idempotency_key: newKey(), to: values.to, kind: 'status', payload: { text } }),
+  body: JSON.stringify({
+    idempotency_key: newKey(),
+    to: values.to,
+    kind: 'status',
+    payload: { text },
+  }),
 });
 const newKey = values.keys === 'v4' ? randomUUID : uuidv7;
 const created = (status) => status === 201;
-const emit = (o) => console.log(JSON.stringify({ bench: 'send', to: values.to, keys: values.keys, ...o }));
+const emit = (o) =>
+  console.log(JSON.stringify({ bench: 'send', to: values.to, keys: values.keys, ...o }));
 
-const floor = await startProcess([new URL('./floor-server.mjs', import.meta.url).pathname], {}, (e) => e.msg === 'floor ready');
-for (const inflight of levels) {
-  emit({ target: 'http-floor', inflight, ...(await closedLoop(floor.url, { inflight, seconds, makeRequest, check: created })) });
+if (values.floor === 'yes') {
+  const floor = await startProcess(
+    [new URL('./floor-server.mjs', import.meta.url).pathname],
+    {},
+    (e) => e.msg === 'floor ready',
+  );
+  for (const inflight of levels) {
+    const r = await closedLoop(floor.url, { inflight, seconds, makeRequest, check: created });
+    emit({ target: 'http-floor', inflight, ...r });
+  }
+  await floor.stop();
 }
-await floor.stop();
 
-for (const sync of ['full', 'normal']) {
+for (const sync of values.sync.split(',')) {
   const { dir, topology, cleanup } = benchDir();
   const adapter = await startAdapter(dir, topology, ['--sync', sync]);
   for (const inflight of levels) {
