@@ -72,6 +72,9 @@ const normal1 = find({ target: 'adapter', sync: 'normal', keys: 'v7', inflight: 
 const floor16 = find({ target: 'http-floor', inflight: 16 });
 const full16 = find({ target: 'adapter', sync: 'full', keys: 'v7', inflight: 16 });
 const full64 = find({ target: 'adapter', sync: 'full', keys: 'v7', inflight: 64 });
+const floor64 = find({ target: 'http-floor', inflight: 64 });
+const normal16 = find({ target: 'adapter', sync: 'normal', keys: 'v7', inflight: 16 });
+const normal64 = find({ target: 'adapter', sync: 'normal', keys: 'v7', inflight: 64 });
 const v4_64 = find({ target: 'adapter', sync: 'full', keys: 'v4', inflight: 64 });
 
 const md = `# Benchmark results
@@ -98,6 +101,15 @@ ${table('adapter, synchronous=FULL', { target: 'adapter', sync: 'full', keys: 'v
 ${table('adapter, synchronous=NORMAL', { target: 'adapter', sync: 'normal', keys: 'v7' })}
 ${table('adapter, FULL, random v4 keys', { target: 'adapter', sync: 'full', keys: 'v4' })}
 
+### Against the bar
+
+The write-path issue set the bar for FULL at NATS JetStream's figures on this kind of machine,
+about 21,000 and 28,000 acked msgs/s at 16 and 64 in flight (JetStream does not fsync per
+message), with the bare HTTP floor then at 31,000 to 34,000. Floors differ from run to run, so
+compare shares of the floor: JetStream's were about 65% and 85%. Ours in this run, with an fsync
+behind every ack: ${full16 && floor16 ? Math.round((full16.per_second / floor16.per_second) * 100) : '?'}% at 16 and ${full64 && floor64 ? Math.round((full64.per_second / floor64.per_second) * 100) : '?'}% at 64 (NORMAL: ${normal16 && floor16 ? Math.round((normal16.per_second / floor16.per_second) * 100) : '?'}% and ${normal64 && floor64 ? Math.round((normal64.per_second / floor64.per_second) * 100) : '?'}%). We trail it; the
+peers run beside us in one run when the benchmark issue lands.
+
 ## Where the time goes
 
 | sync | keys | in flight | messages per commit | ms per commit | share of wall time in commits |
@@ -110,8 +122,8 @@ ${[1, 16, 64].map((n) => commitRow('full', 'v4', n)).join('\n')}
   ${normal1?.commit_ms_avg} ms for NORMAL, so the fsync costs about ${full1 && normal1 ? Math.round((full1.commit_ms_avg - normal1.commit_ms_avg) * 1000) : '?'} µs here. Group commit spreads it: at 16 in flight a
   commit carries ${full16?.messages_per_commit} messages, at 64 about ${full64?.messages_per_commit}; the loop spends roughly half its time
   in commits. With 16 in flight the groups cannot grow past ~8: half the requests are on
-  their way back to the client while the other half commit, so throughput is about
-  (group size / commit time), and the fsync latency sets the pace.
+  their way back to the client while the other half commit. One turn of the loop then costs
+  the commit plus the HTTP work of a group, both on one thread.
 - **A profile** of the adapter at 16 in flight with FULL (\`node --cpu-prof\`, 5 s, 13,143 msgs/s,
   taken 2026-11-29 on this machine): COMMIT (WAL frame writes and fsync) 37% of the main thread,
   the statements inside the transaction 13% (~12 µs a message: idempotency lookup, sequence
@@ -124,11 +136,13 @@ ${[1, 16, 64].map((n) => commitRow('full', 'v4', n)).join('\n')}
   table grows. The sidecar and client generate UUIDv7 keys for this reason; any key works.
 - **Tried and not kept: a writer thread.** Moving the connection to a worker thread (the main
   thread reads requests while the writer commits) gave the same throughput within noise at 16
-  and 64 in flight and ~0.05 ms more latency at 1: the commit's fsync, not the main thread, is
-  the limit. Overlapping commits with an fsync of our own on the libuv pool (SQLite at NORMAL)
-  would raise the ceiling but makes a commit visible to readers before it is durable, so a
-  power loss could take back a message a reader already saw and reuse its sequence number.
-  FULL makes a commit visible only after its fsync; we keep that.
+  and 64 in flight and ~0.05 ms more latency at 1. In that run the main thread idled half the
+  time and the writer a third: with the client process on the same 2 cores, the machine's CPU
+  and the fsync latency, not the one loop, set the pace. Not worth a second thread.
+- **Not done on purpose: an fsync of our own.** Committing at NORMAL and fsyncing the WAL on the
+  libuv pool before acking would overlap commits with fsyncs, but it makes a commit visible to
+  readers before it is durable: a power loss could take back a message a reader already saw
+  and give its sequence number to another. FULL makes a commit visible only after its fsync.
 
 ## Raw measurements
 
