@@ -89,6 +89,19 @@ describe('the adapter under SIGKILL', () => {
       });
     };
 
+    const sendOne = async (pool: Pool, s: Sent) => {
+      const res = await pool.request({
+        method: 'POST',
+        path: '/v1/messages',
+        headers: {
+          authorization: `Bearer ${tokenOf(s.agent)}`,
+          'content-type': 'application/json',
+        },
+        body: JSON.stringify(s.body),
+      });
+      record(s, res.statusCode, (await res.body.json()) as Acked);
+    };
+
     /** One sender: single messages mostly, a batch of 5 now and then, until the adapter dies. */
     const sender = async (pool: Pool, alive: () => boolean) => {
       while (alive()) {
@@ -125,16 +138,7 @@ describe('the adapter under SIGKILL', () => {
         const s = retry ?? newMessage();
         if (retry === undefined) sentTotal++;
         try {
-          const res = await pool.request({
-            method: 'POST',
-            path: '/v1/messages',
-            headers: {
-              authorization: `Bearer ${tokenOf(s.agent)}`,
-              'content-type': 'application/json',
-            },
-            body: JSON.stringify(s.body),
-          });
-          record(s, res.statusCode, (await res.body.json()) as Acked);
+          await sendOne(pool, s);
         } catch (err) {
           if (err instanceof Error && err.name === 'AssertionError') throw err;
           unanswered.push(s);
@@ -226,20 +230,7 @@ describe('the adapter under SIGKILL', () => {
       const pool = new Pool(adapter.url, { connections: SENDERS });
       const rest = unanswered;
       unanswered = [];
-      await Promise.all(
-        rest.map(async (s) => {
-          const res = await pool.request({
-            method: 'POST',
-            path: '/v1/messages',
-            headers: {
-              authorization: `Bearer ${tokenOf(s.agent)}`,
-              'content-type': 'application/json',
-            },
-            body: JSON.stringify(s.body),
-          });
-          record(s, res.statusCode, (await res.body.json()) as Acked);
-        }),
-      );
+      await Promise.all(rest.map((s) => sendOne(pool, s)));
       await pool.destroy();
       adapter.child.kill('SIGTERM');
       expect((await adapter.exited).code).toBe(0);
