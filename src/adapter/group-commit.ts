@@ -1,63 +1,80 @@
 /**
- * Group commit: every append that arrives in one turn of the event loop goes into one
- * transaction, so one fsync covers them all. Nobody is answered before that commit returns.
+ * Group commit: every write that arrives in one turn of the event loop (appends, leases, acks,
+ * nacks, sweeps) goes into one transaction, so one fsync covers them all. Nobody is answered
+ * before that commit returns.
  *
- * The mechanism is the event loop itself. submit() queues and schedules a flush with
+ * The mechanism is the event loop itself. run() queues and schedules a flush with
  * setImmediate, which runs after the poll phase has handed over every request that was ready;
  * the commit then blocks the loop for its fsync, and requests arriving meanwhile wait in the
  * socket buffers to form the next group. Under load the group grows to match the fsync time;
  * alone, a request waits for nothing but its own commit.
  */
-import { GatewayError } from '../protocol/errors.js';
-import type { AppendOutcome, MessageDraft, Store } from '../store/store.js';
+import { GatewayError, isGatewayError } from '../protocol/errors.js';
 
-interface Waiter {
-  readonly drafts: readonly MessageDraft[];
-  readonly resolve: (outcomes: AppendOutcome[]) => void;
-  readonly reject: (err: GatewayError) => void;
+/** What the group commit needs of a store: a transaction around a function. */
+export interface Transactional {
+  transaction<T>(fn: () => T): T;
+}
+
+interface Op {
+  readonly run: () => unknown;
+  readonly weight: number;
+  readonly resolve: (value: unknown) => void;
+  readonly reject: (err: unknown) => void;
 }
 
 export interface CommitStats {
+  /** Messages appended (a batch counts each), and operations of any kind. */
   readonly messages: number;
-  readonly requests: number;
+  readonly operations: number;
   readonly seconds: number;
 }
 
 export interface GroupCommitOptions {
   /**
-   * Drafts that may wait for a commit at once; beyond it a request is refused with 503
-   * `overloaded` and Retry-After. Default 10,000: about half a second of work at the measured
-   * commit rate, and a bound on the memory requests can pin (10,000 × 256 KiB at worst).
+   * Weight (messages) that may wait for a commit at once; beyond it a write is refused with
+   * 503 `overloaded` and Retry-After. Default 10,000: about half a second of work at the
+   * measured commit rate, and a bound on the memory requests can pin (10,000 × 256 KiB at
+   * worst).
    */
   readonly maxPending?: number;
+  /** After every commit that succeeded, before anyone is answered. */
   readonly onCommit?: (stats: CommitStats) => void;
   readonly onError?: (err: unknown) => void;
 }
 
 export class GroupCommit {
-  readonly #store: Store;
+  readonly #store: Transactional;
   readonly #maxPending: number;
   readonly #onCommit: ((stats: CommitStats) => void) | undefined;
   readonly #onError: ((err: unknown) => void) | undefined;
-  #waiting: Waiter[] = [];
+  #early: Op[] = [];
+  #late: Op[] = [];
   #pending = 0;
   #scheduled = false;
 
-  constructor(store: Store, opts: GroupCommitOptions = {}) {
+  constructor(store: Transactional, opts: GroupCommitOptions = {}) {
     this.#store = store;
     this.#maxPending = opts.maxPending ?? 10_000;
     this.#onCommit = opts.onCommit;
     this.#onError = opts.onError;
   }
 
-  /** Drafts waiting for the next commit. */
+  /** Weight waiting for the next commit. */
   get pending(): number {
     return this.#pending;
   }
 
-  /** Resolves with one outcome per draft once the transaction holding them has committed. */
-  submit(drafts: readonly MessageDraft[]): Promise<AppendOutcome[]> {
-    if (this.#pending + drafts.length > this.#maxPending) {
+  /**
+   * Runs `op` inside the next group's transaction and resolves with its result once that has
+   * committed. A GatewayError thrown by op rejects op alone (an op throws one only before it
+   * writes); any other error rolls the whole group back and rejects every op in it with 503
+   * `storage_error`. `late` ops run after the others of their group: the inbox leases last,
+   * so that a poll sees the messages committed in the same group.
+   */
+  run<T>(op: () => T, opts: { weight?: number; late?: boolean } = {}): Promise<T> {
+    const weight = opts.weight ?? 0;
+    if (weight > 0 && this.#pending + weight > this.#maxPending) {
       return Promise.reject(
         new GatewayError(
           'overloaded',
@@ -65,9 +82,14 @@ export class GroupCommit {
         ),
       );
     }
-    return new Promise((resolve, reject) => {
-      this.#waiting.push({ drafts, resolve, reject });
-      this.#pending += drafts.length;
+    return new Promise<T>((resolve, reject) => {
+      (opts.late ? this.#late : this.#early).push({
+        run: op,
+        weight,
+        resolve: resolve as (v: unknown) => void,
+        reject,
+      });
+      this.#pending += weight;
       if (!this.#scheduled) {
         this.#scheduled = true;
         setImmediate(() => this.flush());
@@ -75,21 +97,31 @@ export class GroupCommit {
     });
   }
 
-  /** Commits everything queued now. Runs by itself; shutdown calls it to finish what is queued. */
+  /** Commits everything queued now. Runs by itself; shutdown calls it to finish the queue. */
   flush(): void {
     this.#scheduled = false;
-    const group = this.#waiting;
-    if (group.length === 0) return;
-    this.#waiting = [];
+    const ops = this.#late.length === 0 ? this.#early : [...this.#early, ...this.#late];
+    if (ops.length === 0) return;
+    this.#early = [];
+    this.#late = [];
+    const messages = this.#pending;
     this.#pending = 0;
-    const drafts = group.length === 1 ? group[0]!.drafts : group.flatMap((w) => w.drafts);
     const started = process.hrtime.bigint();
-    let outcomes: AppendOutcome[];
+    let results: ({ ok: unknown } | { err: GatewayError })[];
     try {
-      outcomes = this.#store.append(drafts);
+      results = this.#store.transaction(() =>
+        ops.map((op) => {
+          try {
+            return { ok: op.run() };
+          } catch (err) {
+            if (isGatewayError(err)) return { err };
+            throw err;
+          }
+        }),
+      );
     } catch (err) {
-      // The transaction rolled back: nothing of this group was written, so nobody is acked and
-      // every sender may retry with the same key.
+      // The transaction rolled back: nothing of this group was written, so nobody is acked
+      // and every sender may retry with the same key.
       this.#onError?.(err);
       const failure = new GatewayError(
         'storage_error',
@@ -98,18 +130,18 @@ export class GroupCommit {
           cause: err,
         },
       );
-      for (const w of group) w.reject(failure);
+      for (const op of ops) op.reject(failure);
       return;
     }
     this.#onCommit?.({
-      messages: drafts.length,
-      requests: group.length,
+      messages,
+      operations: ops.length,
       seconds: Number(process.hrtime.bigint() - started) / 1e9,
     });
-    let at = 0;
-    for (const w of group) {
-      w.resolve(outcomes.slice(at, at + w.drafts.length));
-      at += w.drafts.length;
-    }
+    ops.forEach((op, i) => {
+      const r = results[i]!;
+      if ('ok' in r) op.resolve(r.ok);
+      else op.reject(r.err);
+    });
   }
 }

@@ -5,6 +5,7 @@
 import { type Assignment, parseEnvelope } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { parseJson } from '../protocol/http.js';
+import type { SqliteStore } from '../store/sqlite-store.js';
 import type { MessageDraft } from '../store/store.js';
 import { fingerprint } from './fingerprint.js';
 import type { GroupCommit } from './group-commit.js';
@@ -16,6 +17,7 @@ export const MAX_BATCH = 100;
 
 export interface WriteContext {
   readonly topology: Topology;
+  readonly store: SqliteStore;
   readonly commits: GroupCommit;
   readonly maxMessageBytes: number;
 }
@@ -32,7 +34,7 @@ export async function postMessage(
   body: Buffer,
 ): Promise<{ status: 201 | 200; ack: Ack }> {
   const draft = toDraft(ctx, sender, parseJson(body), Date.now());
-  const [outcome] = await ctx.commits.submit([draft]);
+  const [outcome] = await ctx.commits.run(() => ctx.store.append([draft]), { weight: 1 });
   if (outcome === undefined) throw new Error('group commit returned no outcome');
   if (outcome.status === 'rejected') throw outcome.error;
   return {
@@ -80,7 +82,9 @@ export async function postBatch(
     }
   });
   if (drafts.length > 0) {
-    const outcomes = await ctx.commits.submit(drafts);
+    const outcomes = await ctx.commits.run(() => ctx.store.append(drafts), {
+      weight: drafts.length,
+    });
     outcomes.forEach((o, j) => {
       results[positions[j]!] =
         o.status === 'rejected'

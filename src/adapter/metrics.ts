@@ -1,9 +1,10 @@
 /**
  * The adapter's Prometheus metrics, on a registry of its own so that several adapters in one
- * process (tests) do not share counters. Updated once per commit and once per answer, never
- * per statement.
+ * process (tests) do not share counters. Commit figures are observed once per commit; the
+ * delivery counters are read from the store's tallies when /metrics is scraped.
  */
-import { Counter, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { SqliteStore } from '../store/sqlite-store.js';
 import type { CommitStats } from './group-commit.js';
 
 export class AdapterMetrics {
@@ -17,7 +18,7 @@ export class AdapterMetrics {
   readonly #commitSize = new Histogram({
     name: 'agw_commit_messages',
     help: 'Messages per group commit (one transaction, one fsync).',
-    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+    buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
     registers: [this.registry],
   });
   readonly #commitSeconds = new Histogram({
@@ -31,6 +32,51 @@ export class AdapterMetrics {
     help: 'Group commits whose transaction failed and rolled back.',
     registers: [this.registry],
   });
+
+  constructor(store: SqliteStore, agents: readonly string[]) {
+    const stats = store.deliveries.stats;
+    const tally = (name: string, help: string, read: () => number) =>
+      new Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.set(read());
+        },
+      });
+    // Totals since start, exposed as gauges read at scrape time (counters cannot be set).
+    tally(
+      'agw_deliveries_enqueued_total',
+      'Delivery rows created (one per recipient).',
+      () => stats.enqueued,
+    );
+    tally(
+      'agw_deliveries_handed_out_total',
+      'Deliveries leased to their agent.',
+      () => stats.handedOut,
+    );
+    tally('agw_redeliveries_total', 'Hand-outs after the first attempt.', () => stats.redelivered);
+    tally('agw_acks_total', 'Deliveries acked.', () => stats.acked);
+    tally('agw_alerts_total', 'Alerts sent to the alerts_to agent.', () => stats.alerts);
+    new Gauge({
+      name: 'agw_dead_letters_total',
+      help: 'Dead letters since start, by reason.',
+      labelNames: ['reason'],
+      registers: [this.registry],
+      collect() {
+        for (const [reason, n] of Object.entries(stats.deadLetters)) this.set({ reason }, n);
+      },
+    });
+    new Gauge({
+      name: 'agw_queue_depth',
+      help: 'Pending plus leased deliveries per agent.',
+      labelNames: ['agent'],
+      registers: [this.registry],
+      collect() {
+        for (const agent of agents) this.set({ agent }, store.deliveries.depth(agent).all);
+      },
+    });
+  }
 
   commit(stats: CommitStats): void {
     this.#commitSize.observe(stats.messages);

@@ -10,11 +10,14 @@ import type { AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
-import { readBody, sendError, sendJson } from '../protocol/http.js';
+import { expectMethod, intParam, readBody, sendError, sendJson } from '../protocol/http.js';
 import { SqliteStore } from '../store/sqlite-store.js';
+import { DeliveryService } from './delivery.js';
+import { deliveryRoutes } from './delivery-routes.js';
 import { GroupCommit } from './group-commit.js';
 import { MAX_BATCH, postBatch, postMessage, type WriteContext } from './messages.js';
 import { AdapterMetrics } from './metrics.js';
+import { Retention } from './retention.js';
 import { allChannels, assertReader } from './routing.js';
 import type { AdapterSettings } from './settings.js';
 import { agentForTokenHash, type Topology } from './topology.js';
@@ -23,6 +26,8 @@ export interface AdapterOptions {
   readonly settings: AdapterSettings;
   readonly topology: Topology;
   readonly logger: Logger;
+  /** The clock, ms since the epoch; tests move it. Default Date.now. */
+  readonly now?: () => number;
 }
 
 export interface Adapter {
@@ -31,6 +36,7 @@ export interface Adapter {
   /** Settles when the startup integrity check has run: resolves if it passed, else rejects. */
   readonly ready: Promise<void>;
   readonly metrics: AdapterMetrics;
+  readonly retention: Retention;
   /** Stops intake, finishes and answers commits in flight, closes the database. */
   close(): Promise<void>;
 }
@@ -44,18 +50,42 @@ const CHANNEL_PATH = /^\/v1\/channels\/([^/]+)\/messages$/;
 
 export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   const { settings, topology, logger } = opts;
+  const now = opts.now ?? Date.now;
   mkdirSync(dirname(settings.db), { recursive: true });
-  const store = new SqliteStore(settings.db, { sync: settings.sync });
+  const store = new SqliteStore(settings.db, {
+    sync: settings.sync,
+    delivery: {
+      capacity: settings.queueCapacity,
+      leaseMs: settings.leaseMs,
+      maxRetries: settings.maxRetries,
+      retryBaseMs: settings.retryBaseMs,
+      alertsTo: topology.alertsTo,
+    },
+  });
   store.ensureChannels(allChannels(topology));
-  const metrics = new AdapterMetrics();
+  const metrics = new AdapterMetrics(store, [...topology.agents.keys()]);
+  let delivery: DeliveryService | undefined;
   const commits = new GroupCommit(store, {
-    onCommit: (s) => metrics.commit(s),
+    onCommit: (s) => {
+      metrics.commit(s);
+      delivery?.afterCommit();
+    },
     onError: (err) => {
       metrics.commitError();
       logger.error({ err }, 'group commit failed; its senders were told to retry');
     },
   });
-  const ctx: WriteContext = { topology, commits, maxMessageBytes: settings.maxMessageBytes };
+  delivery = new DeliveryService({ store, commits, now, logger, alertsTo: topology.alertsTo });
+  const retention = new Retention({
+    store,
+    commits,
+    now,
+    logger,
+    days: settings.retentionDays,
+    keepKinds: settings.retentionKeepKinds,
+  });
+  const ctx: WriteContext = { topology, store, commits, maxMessageBytes: settings.maxMessageBytes };
+  const routes = deliveryRoutes({ topology, store, commits, delivery, now });
   let ready = false;
   let closing = false;
   let inFlight = 0;
@@ -65,12 +95,18 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
+    const query = () => new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
     if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
     if (path === '/health') {
-      if (ready && !closing) return sendJson(res, 200, { status: 'ready' });
+      if (ready && !closing && store.corruption === undefined)
+        return sendJson(res, 200, { status: 'ready' });
       throw new GatewayError(
         'not_ready',
-        closing ? 'the adapter is shutting down' : 'the store is not checked yet',
+        closing
+          ? 'the adapter is shutting down'
+          : store.corruption !== undefined
+            ? `integrity: ${store.corruption}`
+            : 'the store is not checked yet',
       );
     }
     if (path === '/metrics') {
@@ -82,11 +118,11 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     if (closing)
       throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
     if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
-    const sender = authenticate(topology, req);
+    const agent = authenticate(topology, req);
     if (path === '/v1/messages') {
       expectMethod(req, 'POST');
       const body = await readBody(req, settings.maxMessageBytes);
-      const { status, ack } = await counted(metrics, postMessage(ctx, sender, body), (r) =>
+      const { status, ack } = await counted(metrics, postMessage(ctx, agent, body), (r) =>
         r.ack.duplicate ? 'duplicate' : 'created',
       );
       return sendJson(res, status, ack);
@@ -95,20 +131,22 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       expectMethod(req, 'POST');
       // Each item is held to the single-message limit; the whole body to a batch of them.
       const body = await readBody(req, settings.maxMessageBytes * MAX_BATCH);
-      const results = await counted(metrics, postBatch(ctx, sender, body), () => 'batch');
+      const results = await counted(metrics, postBatch(ctx, agent, body), () => 'batch');
       return sendJson(res, 200, { results });
     }
     const channelPath = CHANNEL_PATH.exec(path);
     if (channelPath !== null) {
       expectMethod(req, 'GET');
       const channel = decodeURIComponent(channelPath[1]!);
-      assertReader(topology, sender, channel);
-      const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
-      const after = intParam(query, 'after', 0, 0, Number.MAX_SAFE_INTEGER);
-      const limit = intParam(query, 'limit', REPLAY_DEFAULT_LIMIT, 1, REPLAY_MAX_LIMIT);
+      assertReader(topology, agent, channel);
+      const params = query();
+      const after = intParam(params, 'after', 0, 0, Number.MAX_SAFE_INTEGER);
+      const limit = intParam(params, 'limit', REPLAY_DEFAULT_LIMIT, 1, REPLAY_MAX_LIMIT);
       const rows = store.channelMessages(channel, after, limit);
       return sendJson(res, 200, `{"messages":[${rows.join(',')}]}`);
     }
+    const answer = await routes(req, res, path, query, agent);
+    if (answer !== undefined) return sendJson(res, answer.status ?? 200, answer.body);
     throw new GatewayError('not_found', `no endpoint ${req.method} ${path}`);
   };
 
@@ -119,7 +157,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       if (--inFlight === 0) idle?.();
     });
     handle(req, res).catch((err: unknown) => {
-      if (res.headersSent) {
+      if (res.headersSent || res.destroyed) {
         res.destroy();
         return;
       }
@@ -140,12 +178,15 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
 
-  const readyPromise = store.quickCheck().then((problems) => {
+  const readyPromise = store.quickCheck().then(async (problems) => {
     if (problems.length > 0) {
       throw new Error(
         `PRAGMA quick_check found ${problems.length} problem(s): ${problems.slice(0, 3).join('; ')}`,
       );
     }
+    // What fell due while the adapter was down (expired leases, pending alerts) goes first.
+    await delivery.start();
+    retention.start();
     ready = true;
   });
   // The caller decides what a failed check means (the CLI exits); no unhandled rejection here.
@@ -156,7 +197,9 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     closing = true;
     server.close();
     server.closeIdleConnections();
-    // Whatever is queued commits now and is answered; new requests are refused meanwhile.
+    retention.stop();
+    // Parked polls answer now (empty); whatever was taken commits and is answered.
+    delivery.stop();
     commits.flush();
     if (inFlight > 0) {
       await new Promise<void>((resolve) => {
@@ -169,45 +212,19 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     store.close();
   };
 
-  return { url, ready: readyPromise, metrics, close };
+  return { url, ready: readyPromise, metrics, retention, close };
 }
 
 function authenticate(topology: Topology, req: IncomingMessage): string {
   const header = req.headers.authorization;
   const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : '';
-  if (token === '')
+  if (token === '') {
     throw new GatewayError('unauthorized', 'an Authorization: Bearer <token> header is required');
+  }
   const agent = agentForTokenHash(topology, createHash('sha256').update(token).digest());
   if (agent === undefined)
     throw new GatewayError('unauthorized', 'the bearer token belongs to no agent');
   return agent.id;
-}
-
-function expectMethod(req: IncomingMessage, method: string): void {
-  if (req.method !== method) {
-    throw new GatewayError(
-      'method_not_allowed',
-      `${req.url?.split('?')[0]} takes ${method}, not ${req.method}`,
-    );
-  }
-}
-
-function intParam(
-  query: URLSearchParams,
-  name: string,
-  fallback: number,
-  min: number,
-  max: number,
-): number {
-  const raw = query.get(name);
-  if (raw === null) return fallback;
-  const n = Number(raw);
-  if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max) {
-    throw new GatewayError('invalid_request', `${name}: must be an integer from ${min} to ${max}`, {
-      field: name,
-    });
-  }
-  return n;
 }
 
 async function counted<T>(

@@ -26,6 +26,8 @@ export const ADAPTER_SETTINGS = {
   retryBaseMs: { env: 'AGW_RETRY_BASE_MS', default: '1000' },
   /** Messages older than this are pruned, contracts never. Default 30. */
   retentionDays: { env: 'AGW_RETENTION_DAYS', default: '30' },
+  /** Kinds retention never prunes, comma-separated. Default task/request,policy/update. */
+  retentionKeepKinds: { env: 'AGW_RETENTION_KEEP_KINDS', default: 'task/request,policy/update' },
   /** stdout (default): JSON lines. */
   log: { env: 'AGW_LOG', default: 'stdout' },
   /** pino level. Default info. */
@@ -45,6 +47,18 @@ export const AdapterSettingsSchema = z.strictObject({
   maxRetries: intSetting(0, 100),
   retryBaseMs: intSetting(1, 3600 * 1000),
   retentionDays: intSetting(1, 36500),
+  retentionKeepKinds: z.string().transform((s, ctx) => {
+    const kinds = s
+      .split(',')
+      .map((k) => k.trim())
+      .filter((k) => k !== '');
+    const bad = kinds.find((k) => !/^[a-z][a-z0-9_.-]*(\/[a-z0-9_.-]+)*$/.test(k));
+    if (bad !== undefined) {
+      ctx.addIssue({ code: 'custom', message: `"${bad}" is not a kind` });
+      return z.NEVER;
+    }
+    return kinds;
+  }),
   log: z.enum(['stdout'], { error: 'must be stdout (journald arrives with the journald writer)' }),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
     error: 'must be one of fatal, error, warn, info, debug, trace, silent',

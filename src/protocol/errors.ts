@@ -20,9 +20,12 @@ export const ERRORS = {
   unauthorized: { status: 401, retryable: false },
   sender_mismatch: { status: 403, retryable: false },
   not_member: { status: 403, retryable: false },
+  not_your_delivery: { status: 403, retryable: false },
+  not_alerts_agent: { status: 403, retryable: false },
   unknown_channel: { status: 404, retryable: false },
   unknown_agent: { status: 404, retryable: false },
   not_found: { status: 404, retryable: false },
+  unknown_dead_letter: { status: 404, retryable: false },
   method_not_allowed: { status: 405, retryable: false },
   idempotency_conflict: { status: 409, retryable: false },
   payload_too_large: { status: 413, retryable: false },
@@ -30,6 +33,7 @@ export const ERRORS = {
   not_ready: { status: 503, retryable: true },
   shutting_down: { status: 503, retryable: true },
   storage_error: { status: 503, retryable: true },
+  integrity_error: { status: 500, retryable: false },
   internal: { status: 500, retryable: true },
 } as const satisfies Record<string, ErrorSpec>;
 

@@ -59,3 +59,32 @@ export function sendError(res: ServerResponse, err: GatewayError): void {
   if (err.status === 413) res.setHeader('connection', 'close');
   sendJson(res, err.status, err.toJSON());
 }
+
+/** Refuses a request whose method the endpoint does not take. */
+export function expectMethod(req: IncomingMessage, method: string): void {
+  if (req.method !== method) {
+    throw new GatewayError(
+      'method_not_allowed',
+      `${req.url?.split('?')[0]} takes ${method}, not ${req.method}`,
+    );
+  }
+}
+
+/** An integer query parameter within bounds; a bad one is a 400 naming it. */
+export function intParam(
+  query: URLSearchParams,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  const raw = query.get(name);
+  if (raw === null) return fallback;
+  const n = Number(raw);
+  if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max) {
+    throw new GatewayError('invalid_request', `${name}: must be an integer from ${min} to ${max}`, {
+      field: name,
+    });
+  }
+  return n;
+}

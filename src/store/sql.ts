@@ -8,7 +8,8 @@
  * migration that has shipped: add the next one.
  */
 export const MIGRATIONS: readonly string[] = [
-  // 1: messages with their per-channel sequence, idempotency keys, per-recipient deliveries.
+  // 1: messages with their per-channel sequence and idempotency keys; per-recipient deliveries
+  // with leases and attempts; dead letters; agents' last contact; alert aggregation.
   `
   -- One row per channel, group or direct ('@agent'). last_seq is the channel's counter: kept
   -- here rather than derived from max(seq) so that pruning old messages can never make a
@@ -29,13 +30,16 @@ export const MIGRATIONS: readonly string[] = [
     kind            TEXT    NOT NULL,
     priority        INTEGER NOT NULL, -- 0 normal, 1 critical
     received_at     INTEGER NOT NULL, -- ms since the epoch
-    body            TEXT    NOT NULL  -- the message as readers see it, JSON
+    body            TEXT    NOT NULL, -- the message as readers see it, JSON
+    checksum        INTEGER NOT NULL  -- CRC-32 of body, checked at every read
   );
   CREATE UNIQUE INDEX messages_by_channel_seq ON messages (channel, seq);
   CREATE UNIQUE INDEX messages_by_sender_key ON messages (sender, idempotency_key);
+  CREATE INDEX messages_by_received_at ON messages (received_at);
 
   -- One row per recipient of a message: fan-out with per-recipient state (seed 000, "Group
-  -- Channels"). state: 0 pending, 1 leased, 2 acked.
+  -- Channels"). state: 0 pending (waiting, or ready once available_at has passed), 1 leased,
+  -- 2 acked, 3 dead-lettered. attempt counts hand-outs.
   CREATE TABLE deliveries (
     id               INTEGER PRIMARY KEY,
     message          INTEGER NOT NULL REFERENCES messages (id),
@@ -48,11 +52,42 @@ export const MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX deliveries_by_recipient ON deliveries (recipient, state, priority, id);
   CREATE INDEX deliveries_by_message ON deliveries (message);
+  CREATE INDEX deliveries_leased ON deliveries (lease_expires_at) WHERE state = 1;
+  CREATE INDEX deliveries_waiting ON deliveries (available_at) WHERE state = 0;
+
+  CREATE TABLE dead_letters (
+    id              INTEGER PRIMARY KEY,
+    delivery        INTEGER NOT NULL REFERENCES deliveries (id),
+    message         INTEGER NOT NULL REFERENCES messages (id),
+    recipient       TEXT    NOT NULL,
+    reason          TEXT    NOT NULL, -- lease_expired, nacked, evicted, queue_full
+    attempts        INTEGER NOT NULL,
+    created_at      INTEGER NOT NULL,
+    replay_delivery INTEGER           -- the fresh delivery a replay made
+  );
+  CREATE INDEX dead_letters_by_message ON dead_letters (message);
+
+  CREATE TABLE agents (
+    id        TEXT PRIMARY KEY,
+    last_seen INTEGER
+  ) WITHOUT ROWID;
+
+  -- Alerts to alerts_to are aggregated per (recipient, reason): at most one every 30 s, with
+  -- the count since the last. Kept here so that a crash cannot lose a pending count.
+  CREATE TABLE alert_state (
+    recipient    TEXT    NOT NULL,
+    reason       TEXT    NOT NULL,
+    kind         TEXT    NOT NULL,
+    last_sent_at INTEGER NOT NULL DEFAULT 0,
+    count        INTEGER NOT NULL DEFAULT 0,
+    message_ids  TEXT    NOT NULL DEFAULT '[]',
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (recipient, reason)
+  ) WITHOUT ROWID;
   `,
 ];
 
 export const SQL = {
-  userVersion: 'PRAGMA user_version',
   ensureChannel: 'INSERT INTO channels (name) VALUES (?) ON CONFLICT (name) DO NOTHING',
   lastSeq: 'SELECT last_seq FROM channels WHERE name = ?',
   nextSeq: 'UPDATE channels SET last_seq = last_seq + 1 WHERE name = ? RETURNING last_seq',
@@ -62,10 +97,83 @@ export const SQL = {
   insertMessage: `
     INSERT INTO messages
       (message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
-       received_at, body)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  insertDelivery: `
-    INSERT INTO deliveries (message, recipient, priority, available_at) VALUES (?, ?, ?, ?)`,
+       received_at, body, checksum)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   channelMessages: `
-    SELECT body FROM messages WHERE channel = ? AND seq > ? ORDER BY seq LIMIT ?`,
+    SELECT id, body, checksum FROM messages WHERE channel = ? AND seq > ? ORDER BY seq LIMIT ?`,
+  messageBody: 'SELECT id, body, checksum FROM messages WHERE id = ?',
+
+  // deliveries
+  insertDelivery: `
+    INSERT INTO deliveries (message, recipient, priority, state, available_at)
+    VALUES (?, ?, ?, ?, ?) RETURNING id`,
+  queueDepths: `
+    SELECT recipient, count(*) AS depth, sum(priority) AS critical
+    FROM deliveries WHERE state IN (0, 1) GROUP BY recipient`,
+  oldestNormalPending: `
+    SELECT id, message, recipient, attempt, priority FROM deliveries
+    WHERE recipient = ? AND state = 0 AND priority = 0 ORDER BY id LIMIT 1`,
+  // Ready deliveries of one agent: channels holding a critical one first, then by their
+  // oldest; inside a channel, sequence order (delivery ids follow commit order, and so the
+  // channel's sequence).
+  ready: `
+    WITH ready AS (
+      SELECT d.id, d.message, d.attempt, m.channel, d.priority
+      FROM deliveries d JOIN messages m ON m.id = d.message
+      WHERE d.recipient = ? AND d.state = 0 AND d.available_at <= ?
+    ), heads AS (
+      SELECT channel, max(priority) AS priority, min(id) AS first FROM ready GROUP BY channel
+    )
+    SELECT r.id, r.message FROM ready r JOIN heads h ON h.channel = r.channel
+    ORDER BY h.priority DESC, h.first, r.id LIMIT ?`,
+  lease: `
+    UPDATE deliveries SET state = 1, attempt = attempt + 1, lease_expires_at = ?
+    WHERE id = ? RETURNING attempt`,
+  delivery: 'SELECT id, message, recipient, state, attempt, priority FROM deliveries WHERE id = ?',
+  setState: 'UPDATE deliveries SET state = ?, lease_expires_at = NULL WHERE id = ?',
+  retryLater: `
+    UPDATE deliveries SET state = 0, available_at = ?, lease_expires_at = NULL WHERE id = ?`,
+  expiredLeases: `
+    SELECT id, message, recipient, state, attempt, priority FROM deliveries
+    WHERE state = 1 AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`,
+  nextLeaseExpiry: 'SELECT min(lease_expires_at) FROM deliveries WHERE state = 1',
+  nextAvailable: 'SELECT min(available_at) FROM deliveries WHERE state = 0 AND available_at > ?',
+  messageKind: 'SELECT kind, message_id FROM messages WHERE id = ?',
+  insertDeadLetter: `
+    INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at)
+    VALUES (?, ?, ?, ?, ?, ?)`,
+  deadLetters: `
+    SELECT dl.id, dl.reason, dl.attempts, dl.recipient, dl.created_at, dl.replay_delivery,
+           m.id AS message, m.body, m.checksum
+    FROM dead_letters dl JOIN messages m ON m.id = dl.message
+    WHERE dl.id > ? ORDER BY dl.id LIMIT ?`,
+  deadLetter: `
+    SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id
+    FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = ?`,
+  markReplayed: 'UPDATE dead_letters SET replay_delivery = ? WHERE id = ?',
+  touchAgent: `
+    INSERT INTO agents (id, last_seen) VALUES (?, ?)
+    ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`,
+  agents: 'SELECT id, last_seen FROM agents',
+
+  // alerts
+  alertState: 'SELECT * FROM alert_state WHERE recipient = ? AND reason = ?',
+  upsertAlert: `
+    INSERT INTO alert_state (recipient, reason, kind, last_sent_at, count, message_ids, attempts)
+    VALUES (?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (recipient, reason) DO UPDATE SET
+      kind = excluded.kind, last_sent_at = excluded.last_sent_at, count = excluded.count,
+      message_ids = excluded.message_ids, attempts = excluded.attempts`,
+  dueAlerts: 'SELECT * FROM alert_state WHERE count > 0 AND last_sent_at <= ?',
+  nextAlertDue: 'SELECT min(last_sent_at) FROM alert_state WHERE count > 0',
+
+  // retention: old messages no delivery still waits for, contracts excepted
+  prunable: `
+    SELECT m.id FROM messages m
+    WHERE m.received_at < ? AND m.kind NOT IN (SELECT value FROM json_each(?))
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message = m.id AND d.state IN (0, 1))
+    ORDER BY m.received_at LIMIT ?`,
+  pruneDeadLetters: 'DELETE FROM dead_letters WHERE message = ?',
+  pruneDeliveries: 'DELETE FROM deliveries WHERE message = ?',
+  pruneMessage: 'DELETE FROM messages WHERE id = ?',
 } as const;

@@ -1,15 +1,18 @@
 /**
- * The SQLite store: WAL, statements prepared once, numbered migrations, one transaction per
- * group of appends.
+ * The SQLite store: WAL, statements prepared once, numbered migrations. Its write methods run
+ * inside transaction(), which the group commit opens once per group; the delivery half lives
+ * in sqlite-deliveries.ts.
  */
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
+import { crc32 } from 'node:zlib';
 import Database from 'better-sqlite3';
-import type { Assignment } from '../protocol/envelope.js';
+import { ADAPTER_SENDER, type Assignment } from '../protocol/envelope.js';
 import { GatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
 import { MIGRATIONS, SQL } from './sql.js';
-import type { AppendOutcome, MessageDraft, Store } from './store.js';
+import { Deliveries, type DeliveryConfig } from './sqlite-deliveries.js';
+import type { AppendOutcome, MessageDraft } from './store.js';
 
 /**
  * - `full` (default): the WAL is fsynced at every commit, so an acknowledged message survives
@@ -31,19 +34,26 @@ interface KeyRow {
   fingerprint: Buffer;
 }
 
-export class SqliteStore implements Store {
+export interface SqliteStoreOptions {
+  /** full (default) or normal; see SyncMode. */
+  readonly sync?: SyncMode;
+  /** Bounds, leases, retries and the alert recipient; defaults fit tests of the write path. */
+  readonly delivery?: Partial<DeliveryConfig>;
+}
+
+/** One ready-to-send JSON object per delivery, as the inbox answers it. */
+export type DeliveryJson = string;
+
+export class SqliteStore {
+  readonly deliveries: Deliveries;
   readonly #db: Database.Database;
   readonly #file: string;
-  readonly #lastSeq: Database.Statement<[string], number>;
-  readonly #nextSeq: Database.Statement<[string], number>;
-  readonly #findByKey: Database.Statement<[string, string], KeyRow>;
-  readonly #insertMessage: Database.Statement;
-  readonly #insertDelivery: Database.Statement;
-  readonly #channelMessages: Database.Statement<[string, number, number], string>;
-  readonly #ensureChannel: Database.Statement<[string]>;
-  readonly #appendTx: (drafts: readonly MessageDraft[]) => AppendOutcome[];
+  readonly #s;
+  readonly #tx: <T>(fn: () => T) => T;
+  /** Set once a stored message failed its checksum: /health turns 503 and stays there. */
+  corruption: string | undefined;
 
-  constructor(file: string, opts: { sync?: SyncMode } = {}) {
+  constructor(file: string, opts: SqliteStoreOptions = {}) {
     const sync = opts.sync ?? 'full';
     this.#file = file;
     this.#db = new Database(file);
@@ -64,28 +74,62 @@ export class SqliteStore implements Store {
       throw err;
     }
     const db = this.#db;
-    this.#lastSeq = db.prepare<[string], number>(SQL.lastSeq).pluck();
-    this.#nextSeq = db.prepare<[string], number>(SQL.nextSeq).pluck();
-    this.#findByKey = db.prepare<[string, string], KeyRow>(SQL.findByKey);
-    this.#insertMessage = db.prepare(SQL.insertMessage);
-    this.#insertDelivery = db.prepare(SQL.insertDelivery);
-    this.#channelMessages = db
-      .prepare<[string, number, number], string>(SQL.channelMessages)
-      .pluck();
-    this.#ensureChannel = db.prepare<[string]>(SQL.ensureChannel);
-    this.#appendTx = db.transaction((drafts: readonly MessageDraft[]) =>
-      drafts.map((d) => this.#appendOne(d)),
+    const p = <T = unknown>(sql: string) => db.prepare<unknown[], T>(sql);
+    this.#s = {
+      lastSeq: p<number>(SQL.lastSeq).pluck(),
+      nextSeq: p<number>(SQL.nextSeq).pluck(),
+      findByKey: p<KeyRow>(SQL.findByKey),
+      insertMessage: p(SQL.insertMessage),
+      channelMessages: p<BodyRow>(SQL.channelMessages),
+      messageBody: p<BodyRow>(SQL.messageBody),
+      ensureChannel: p(SQL.ensureChannel),
+      touchAgent: p(SQL.touchAgent),
+      agents: p<{ id: string; last_seen: number | null }>(SQL.agents),
+      deadLetters: p<DeadRow>(SQL.deadLetters),
+      deadLetter: p<DeadOne>(SQL.deadLetter),
+      markReplayed: p(SQL.markReplayed),
+      prunable: p<number>(SQL.prunable).pluck(),
+      pruneDead: p(SQL.pruneDeadLetters),
+      pruneDeliveries: p(SQL.pruneDeliveries),
+      pruneMessage: p(SQL.pruneMessage),
+    };
+    const wrap = db.transaction((fn: () => unknown) => fn());
+    this.#tx = <T>(fn: () => T) => wrap(fn) as T;
+    const alertsTo = opts.delivery?.alertsTo ?? '';
+    this.deliveries = new Deliveries(
+      db,
+      {
+        capacity: 500,
+        leaseMs: 30_000,
+        maxRetries: 3,
+        retryBaseMs: 1000,
+        ...opts.delivery,
+        alertsTo,
+      },
+      (kind, payload, now) => this.#appendAlert(alertsTo, kind, payload, now),
     );
   }
 
+  /**
+   * Runs fn in one transaction: when this returns, the commit (and with synchronous=FULL its
+   * fsync) is done, so callers may answer. If fn throws, everything it wrote is rolled back.
+   */
+  transaction<T>(fn: () => T): T {
+    try {
+      return this.#tx(fn);
+    } catch (err) {
+      this.deliveries.reloadDepths();
+      throw err;
+    }
+  }
+
+  /** Appends drafts in order (inside transaction()): one outcome per draft. */
   append(drafts: readonly MessageDraft[]): AppendOutcome[] {
-    // better-sqlite3 runs BEGIN ... COMMIT synchronously: when this returns, the commit (and
-    // with synchronous=FULL its fsync) is done, so callers may acknowledge.
-    return this.#appendTx(drafts);
+    return drafts.map((d) => this.#appendOne(d));
   }
 
   #appendOne(d: MessageDraft): AppendOutcome {
-    const prior = this.#findByKey.get(d.sender, d.idempotencyKey);
+    const prior = this.#s.findByKey.get(d.sender, d.idempotencyKey);
     if (prior !== undefined) {
       if (!prior.fingerprint.equals(d.fingerprint)) {
         return rejected(
@@ -108,7 +152,7 @@ export class SqliteStore implements Store {
       };
     }
     if (d.replyTo !== null) {
-      const last = this.#lastSeq.get(d.channel) ?? 0;
+      const last = this.#s.lastSeq.get(d.channel) ?? 0;
       if (d.replyTo > last) {
         return rejected(
           new GatewayError(
@@ -119,11 +163,12 @@ export class SqliteStore implements Store {
         );
       }
     }
-    const seq = this.#nextSeq.get(d.channel);
+    const seq = this.#s.nextSeq.get(d.channel);
     if (seq === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
     const a = assignment(uuidv7(d.receivedAt), d.channel, seq, d.receivedAt, d.idempotencyKey);
     const body = messageJson(a, d);
-    const { lastInsertRowid } = this.#insertMessage.run(
+    const priority = d.priority === 'critical' ? 1 : 0;
+    const { lastInsertRowid } = this.#s.insertMessage.run(
       a.message_id,
       d.channel,
       seq,
@@ -131,24 +176,137 @@ export class SqliteStore implements Store {
       d.idempotencyKey,
       d.fingerprint,
       d.kind,
-      d.priority === 'critical' ? 1 : 0,
+      priority,
       d.receivedAt,
       body,
+      crc32(body),
     );
-    const priority = d.priority === 'critical' ? 1 : 0;
+    const row = Number(lastInsertRowid);
     for (const r of d.recipients)
-      this.#insertDelivery.run(lastInsertRowid, r, priority, d.receivedAt);
+      this.deliveries.enqueue(row, a.message_id, r, priority, d.receivedAt);
     return { status: 201, assignment: a };
   }
 
+  /** The adapter's own message to @alertsTo, critical, in the caller's transaction. */
+  #appendAlert(alertsTo: string, kind: string, payload: object, now: number): void {
+    const payloadJson = JSON.stringify(payload);
+    this.#appendOne({
+      sender: ADAPTER_SENDER,
+      idempotencyKey: uuidv7(now),
+      fingerprint: Buffer.alloc(32),
+      channel: `@${alertsTo}`,
+      kind,
+      priority: 'critical',
+      replyTo: null,
+      payloadJson,
+      receivedAt: now,
+      recipients: [alertsTo],
+    });
+  }
+
+  /** Messages of a channel after afterSeq, in order, checksums verified. */
   channelMessages(channel: string, afterSeq: number, limit: number): string[] {
-    return this.#channelMessages.all(channel, afterSeq, limit);
+    return this.#s.channelMessages.all(channel, afterSeq, limit).map((r) => this.#verified(r));
+  }
+
+  /**
+   * Hands out up to `max` of the agent's ready deliveries (inside transaction()). Every
+   * message is checked before anything is leased, so a corrupt one fails the read whole.
+   */
+  lease(agent: string, max: number, now: number): DeliveryJson[] {
+    const ready = this.deliveries.ready(agent, max, now);
+    if (ready.length === 0) return [];
+    const bodies = ready.map((r) => this.#verified(this.#s.messageBody.get(r.message)!));
+    const attempts = this.deliveries.lease(
+      ready.map((r) => r.id),
+      now,
+    );
+    const expires = JSON.stringify(new Date(now + this.deliveries.leaseMs).toISOString());
+    return ready.map(
+      (r, i) =>
+        `{"delivery_id":${r.id},"attempt":${attempts[i]},"lease_expires_at":${expires},"message":${bodies[i]}}`,
+    );
+  }
+
+  /** Records a heartbeat; answers the agent's queue (pending = handed out or not, unacked). */
+  heartbeat(agent: string, now: number): { pending: number; critical_pending: number } {
+    this.#s.touchAgent.run(agent, now);
+    const d = this.deliveries.depth(agent);
+    return { pending: d.all, critical_pending: d.critical };
+  }
+
+  /** Every known agent's last heartbeat and queue depth. */
+  agents(
+    ids: Iterable<string>,
+  ): { id: string; last_seen: string | null; queue_depth: number; critical_depth: number }[] {
+    const seen = new Map(this.#s.agents.all().map((r) => [r.id, r.last_seen]));
+    return [...ids].map((id) => {
+      const d = this.deliveries.depth(id);
+      const at = seen.get(id);
+      return {
+        id,
+        last_seen: at === undefined || at === null ? null : new Date(at).toISOString(),
+        queue_depth: d.all,
+        critical_depth: d.critical,
+      };
+    });
+  }
+
+  /** Dead letters with id > after, oldest first, as JSON objects with their message. */
+  deadLetters(after: number, limit: number): string[] {
+    return this.#s.deadLetters
+      .all(after, limit)
+      .map(
+        (r) =>
+          `{"id":${r.id},"reason":${JSON.stringify(r.reason)},"attempts":${r.attempts},"recipient":${JSON.stringify(
+            r.recipient,
+          )},"dead_lettered_at":${JSON.stringify(new Date(r.created_at).toISOString())},"replay_delivery_id":${
+            r.replay_delivery ?? 'null'
+          },"message":${this.#verified({ id: r.message, body: r.body, checksum: r.checksum })}}`,
+      );
+  }
+
+  /**
+   * A fresh delivery for a dead letter (inside transaction()); a second replay of the same
+   * dead letter returns the first one's delivery and makes nothing new.
+   */
+  replayDeadLetter(
+    id: number,
+    now: number,
+  ): { delivery_id: number; replayed: boolean } | undefined {
+    const dl = this.#s.deadLetter.get(id);
+    if (dl === undefined) return undefined;
+    if (dl.replay_delivery !== null) return { delivery_id: dl.replay_delivery, replayed: false };
+    const delivery = this.deliveries.replay(
+      dl.message,
+      dl.message_id,
+      dl.recipient,
+      dl.priority,
+      now,
+    );
+    this.#s.markReplayed.run(delivery, id);
+    return { delivery_id: delivery, replayed: true };
+  }
+
+  /**
+   * Prunes up to `limit` messages received before `before` (inside transaction()), with their
+   * deliveries, dead letters and idempotency keys, except the kinds in `keep` and messages a
+   * delivery still waits for. Returns how many went.
+   */
+  prune(before: number, keep: readonly string[], limit: number): number {
+    const ids = this.#s.prunable.all(before, JSON.stringify(keep), limit);
+    for (const id of ids) {
+      this.#s.pruneDead.run(id);
+      this.#s.pruneDeliveries.run(id);
+      this.#s.pruneMessage.run(id);
+    }
+    return ids.length;
   }
 
   ensureChannels(names: Iterable<string>): void {
-    this.#db.transaction(() => {
-      for (const n of names) this.#ensureChannel.run(n);
-    })();
+    this.transaction(() => {
+      for (const n of names) this.#s.ensureChannel.run(n);
+    });
   }
 
   /** The synchronous mode the connection really has, read back from SQLite. */
@@ -164,6 +322,44 @@ export class SqliteStore implements Store {
   close(): void {
     if (this.#db.open) this.#db.close();
   }
+
+  #verified(r: BodyRow): string {
+    if (crc32(r.body) !== r.checksum) {
+      this.corruption ??= `message row ${r.id} fails its checksum`;
+      throw new GatewayError(
+        'integrity_error',
+        `stored message ${r.id} fails its checksum; it is not served (see the adapter's log)`,
+      );
+    }
+    return r.body;
+  }
+}
+
+interface BodyRow {
+  id: number;
+  body: string;
+  checksum: number;
+}
+
+interface DeadRow {
+  id: number;
+  reason: string;
+  attempts: number;
+  recipient: string;
+  created_at: number;
+  replay_delivery: number | null;
+  message: number;
+  body: string;
+  checksum: number;
+}
+
+interface DeadOne {
+  id: number;
+  message: number;
+  recipient: string;
+  replay_delivery: number | null;
+  priority: number;
+  message_id: string;
 }
 
 function rejected(error: GatewayError): AppendOutcome {

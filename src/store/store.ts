@@ -1,6 +1,5 @@
 /**
- * The durable store behind the adapter. SQLite is the engine today (sqlite-store.ts); the
- * interface is what the adapter needs, so another engine can stand behind it later.
+ * The types the write path hands the store (sqlite-store.ts) and gets back.
  */
 import type { Assignment, Priority } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
@@ -27,19 +26,3 @@ export interface MessageDraft {
 export type AppendOutcome =
   | { readonly status: 201 | 200; readonly assignment: Assignment }
   | { readonly status: 'rejected'; readonly error: GatewayError };
-
-export interface Store {
-  /**
-   * Appends drafts in one transaction, in order, and returns once it has committed: one outcome
-   * per draft. A draft that is refused (409, unknown reply_to) writes nothing and does not stop
-   * the others. Throws only if the transaction itself fails; then nothing was written.
-   */
-  append(drafts: readonly MessageDraft[]): AppendOutcome[];
-  /** Messages of a channel with sequence > afterSeq, in order, as stored JSON text. */
-  channelMessages(channel: string, afterSeq: number, limit: number): string[];
-  /** Creates the sequence counters of these channels if they are new. */
-  ensureChannels(names: Iterable<string>): void;
-  /** PRAGMA quick_check on a separate connection in a worker thread: [] when healthy. */
-  quickCheck(): Promise<string[]>;
-  close(): void;
-}

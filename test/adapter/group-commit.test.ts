@@ -25,6 +25,9 @@ afterEach(() => {
   cleanup();
 });
 
+const submit = (gc: GroupCommit, drafts: MessageDraft[]) =>
+  gc.run(() => store.append(drafts), { weight: drafts.length });
+
 function draft(channel = 'product'): MessageDraft {
   const key = randomUUID();
   return {
@@ -45,11 +48,11 @@ it('commits the submissions of one turn together, in order, then answers them', 
   const commits: CommitStats[] = [];
   const gc = new GroupCommit(store, { onCommit: (s) => commits.push(s) });
   const answers = Array.from({ length: 50 }, (_, i) =>
-    gc.submit(i % 10 === 0 ? [draft(), draft()] : [draft()]),
+    submit(gc, i % 10 === 0 ? [draft(), draft()] : [draft()]),
   );
   expect(commits).toHaveLength(0); // nothing is committed, so nothing can be answered yet
   const outcomes = (await Promise.all(answers)).flat();
-  expect(commits).toEqual([{ messages: 55, requests: 50, seconds: expect.any(Number) }]);
+  expect(commits).toEqual([{ messages: 55, operations: 50, seconds: expect.any(Number) }]);
   expect(outcomes.map((o) => (o.status === 201 ? o.assignment.channel_sequence_id : 0))).toEqual(
     Array.from({ length: 55 }, (_, i) => i + 1),
   );
@@ -61,9 +64,9 @@ it('a failed transaction answers every member with storage_error and writes noth
   const gc = new GroupCommit(store, { onError: (e) => errors.push(e) });
   // the third draft names a channel with no counter: the store throws mid-transaction
   const results = await Promise.allSettled([
-    gc.submit([draft()]),
-    gc.submit([draft()]),
-    gc.submit([draft('ghost')]),
+    submit(gc, [draft()]),
+    submit(gc, [draft()]),
+    submit(gc, [draft('ghost')]),
   ]);
   for (const r of results) {
     expect(r.status).toBe('rejected');
@@ -75,21 +78,21 @@ it('a failed transaction answers every member with storage_error and writes noth
   expect(errors).toHaveLength(1);
   expect(store.channelMessages('product', 0, 100)).toHaveLength(0);
   // and the sequence did not move: the next message is still number 1
-  const [next] = await gc.submit([draft()]);
+  const [next] = await submit(gc, [draft()]);
   expect(next).toMatchObject({ status: 201, assignment: { channel_sequence_id: 1 } });
 });
 
 it('refuses beyond maxPending with a retryable overloaded error', async () => {
   const gc = new GroupCommit(store, { maxPending: 3 });
-  const taken = [gc.submit([draft(), draft()]), gc.submit([draft()])];
-  await expect(gc.submit([draft()])).rejects.toMatchObject({ code: 'overloaded', retryAfterS: 1 });
+  const taken = [submit(gc, [draft(), draft()]), submit(gc, [draft()])];
+  await expect(submit(gc, [draft()])).rejects.toMatchObject({ code: 'overloaded', retryAfterS: 1 });
   await Promise.all(taken);
-  await expect(gc.submit([draft()])).resolves.toHaveLength(1);
+  await expect(submit(gc, [draft()])).resolves.toHaveLength(1);
 });
 
 it('holds synchronous=FULL unless told otherwise, and reopens with the same data', async () => {
   const gc = new GroupCommit(store);
-  await gc.submit([draft()]);
+  await submit(gc, [draft()]);
   expect(store.synchronous).toBe('full');
   store.close();
   const dir = tempDir('agw-gc2-');

@@ -252,6 +252,6 @@ describe('health', () => {
     const text = await res.text();
     expect(text).toMatch(/agw_messages_total\{outcome="created"\} 1/);
     expect(text).toMatch(/agw_messages_total\{outcome="not_member"\} 1/);
-    expect(text).toMatch(/agw_commit_messages_count 1/);
+    expect(text).toMatch(/agw_commit_messages_sum 1\n/);
   });
 });

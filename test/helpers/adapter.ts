@@ -24,6 +24,7 @@ export interface TestAdapter {
 
 export async function startTestAdapter(
   overrides: Record<string, string> = {},
+  opts: { now?: () => number } = {},
 ): Promise<TestAdapter> {
   const { dir, cleanup } = tempDir();
   const db = join(dir, 'adapter.db');
@@ -38,6 +39,7 @@ export async function startTestAdapter(
     maxRetries: '3',
     retryBaseMs: '1000',
     retentionDays: '30',
+    retentionKeepKinds: 'task/request,policy/update',
     log: 'stdout',
     logLevel: 'silent',
     ...overrides,
@@ -46,6 +48,7 @@ export async function startTestAdapter(
     settings,
     topology: compileTopology(topologyObject()),
     logger: pino({ level: 'silent' }),
+    ...opts,
   });
   await adapter.ready;
   return {
