@@ -20,6 +20,8 @@ export interface WriteContext {
   readonly store: SqliteStore;
   readonly commits: GroupCommit;
   readonly maxMessageBytes: number;
+  /** The clock: receipt times come from it. */
+  readonly now: () => number;
 }
 
 export type Ack = Assignment & { duplicate: boolean };
@@ -33,7 +35,7 @@ export async function postMessage(
   sender: string,
   body: Buffer,
 ): Promise<{ status: 201 | 200; ack: Ack }> {
-  const draft = toDraft(ctx, sender, parseJson(body), Date.now());
+  const draft = toDraft(ctx, sender, parseJson(body), ctx.now());
   const [outcome] = await ctx.commits.run(() => ctx.store.append([draft]), { weight: 1 });
   if (outcome === undefined) throw new Error('group commit returned no outcome');
   if (outcome.status === 'rejected') throw outcome.error;
@@ -61,7 +63,7 @@ export async function postBatch(
       { field: 'messages' },
     );
   }
-  const receivedAt = Date.now();
+  const receivedAt = ctx.now();
   const results: BatchResult[] = new Array(items.length);
   const drafts: MessageDraft[] = [];
   const positions: number[] = [];

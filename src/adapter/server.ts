@@ -84,7 +84,13 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     days: settings.retentionDays,
     keepKinds: settings.retentionKeepKinds,
   });
-  const ctx: WriteContext = { topology, store, commits, maxMessageBytes: settings.maxMessageBytes };
+  const ctx: WriteContext = {
+    topology,
+    store,
+    commits,
+    maxMessageBytes: settings.maxMessageBytes,
+    now,
+  };
   const routes = deliveryRoutes({ topology, store, commits, delivery, now });
   let ready = false;
   let closing = false;

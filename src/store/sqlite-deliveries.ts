@@ -153,6 +153,7 @@ export class Deliveries {
     recipient: string,
     priority: number,
     now: number,
+    quiet = false,
   ): number {
     const d = this.#bump(recipient, 0, 0);
     if (d.all >= this.#cfg.capacity) {
@@ -167,7 +168,9 @@ export class Deliveries {
           now,
         );
         return id;
-      } else {
+      } else if (!quiet) {
+        // (quiet: the adapter's own alerts overrunning alerts_to's queue raise no alert of
+        // their own, or one overrun would feed the next)
         this.#alert(recipient, 'critical_overrun', messageId, 0, now);
       }
     }
@@ -348,6 +351,7 @@ export class Deliveries {
   }
 
   #flushAlert(a: AlertRow, now: number): void {
+    this.#saveAlert({ ...a, last_sent_at: now, count: 0, message_ids: '[]', attempts: 0 });
     this.#sendAlert(
       a.kind,
       {
@@ -360,7 +364,6 @@ export class Deliveries {
       now,
     );
     this.stats.alerts++;
-    this.#saveAlert({ ...a, last_sent_at: now, count: 0, message_ids: '[]', attempts: 0 });
   }
 
   #saveAlert(a: AlertRow): void {

@@ -182,8 +182,10 @@ export class SqliteStore {
       crc32(body),
     );
     const row = Number(lastInsertRowid);
-    for (const r of d.recipients)
-      this.deliveries.enqueue(row, a.message_id, r, priority, d.receivedAt);
+    const quiet = d.sender === ADAPTER_SENDER;
+    for (const r of d.recipients) {
+      this.deliveries.enqueue(row, a.message_id, r, priority, d.receivedAt, quiet);
+    }
     return { status: 201, assignment: a };
   }
 

@@ -24,13 +24,14 @@ export interface TestAdapter {
 
 export async function startTestAdapter(
   overrides: Record<string, string> = {},
-  opts: { now?: () => number } = {},
+  opts: { now?: () => number; topology?: ReturnType<typeof topologyObject> } = {},
 ): Promise<TestAdapter> {
+  const { topology = topologyObject(), ...rest } = opts;
   const { dir, cleanup } = tempDir();
   const db = join(dir, 'adapter.db');
   const settings = AdapterSettingsSchema.parse({
     listen: '127.0.0.1:0',
-    topology: writeTopology(dir),
+    topology: writeTopology(dir, topology),
     db,
     sync: 'full',
     maxMessageBytes: '262144',
@@ -46,9 +47,9 @@ export async function startTestAdapter(
   });
   const adapter = await startAdapter({
     settings,
-    topology: compileTopology(topologyObject()),
+    topology: compileTopology(topology),
     logger: pino({ level: 'silent' }),
-    ...opts,
+    ...rest,
   });
   await adapter.ready;
   return {
