@@ -8,7 +8,7 @@
  * backoff end, an alert window), never on a fixed tick.
  */
 import type { Logger } from 'pino';
-import { GatewayError } from '../protocol/errors.js';
+import type { GatewayError } from '../protocol/errors.js';
 import type { DeliveryJson, SqliteStore } from '../store/sqlite-store.js';
 import type { GroupCommit } from './group-commit.js';
 
@@ -104,19 +104,15 @@ export class DeliveryService {
     this.#waiters.clear();
   }
 
-  async #lease(agent: string, max: number): Promise<DeliveryJson[]> {
-    try {
-      return await this.#commits.run(() => this.#store.lease(agent, max, this.#now()), {
-        late: true,
-      });
-    } catch (err) {
-      if (err instanceof GatewayError && err.code === 'integrity_error') this.#corrupt(agent, err);
-      throw err;
-    }
+  #lease(agent: string, max: number): Promise<DeliveryJson[]> {
+    return this.#commits.run(() => this.#store.lease(agent, max, this.#now()), { late: true });
   }
 
-  /** A stored message failed its checksum: say so loudly, once per alert window. */
-  #corrupt(agent: string, err: GatewayError): void {
+  /**
+   * A stored message failed its checksum on `agent`'s read: log at fatal and alert alerts_to
+   * (aggregated like every alert). /health reads the store's corruption flag.
+   */
+  reportCorruption(agent: string, err: GatewayError): void {
     this.#logger.fatal({ agent, detail: this.#store.corruption }, `integrity: ${err.message}`);
     this.#commits
       .run(() =>

@@ -101,7 +101,6 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
-    const query = () => new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
     if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
     if (path === '/health') {
       if (ready && !closing && store.corruption === undefined)
@@ -125,6 +124,24 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
     if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
     const agent = authenticate(topology, req);
+    try {
+      await route(req, res, url, path, q, agent);
+    } catch (err) {
+      if (isGatewayError(err) && err.code === 'integrity_error')
+        delivery.reportCorruption(agent, err);
+      throw err;
+    }
+  };
+
+  const route = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: string,
+    path: string,
+    q: number,
+    agent: string,
+  ): Promise<void> => {
+    const query = () => new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
     if (path === '/v1/messages') {
       expectMethod(req, 'POST');
       const body = await readBody(req, settings.maxMessageBytes);

@@ -88,7 +88,6 @@ export class Deliveries {
     deadLetters: { lease_expired: 0, nacked: 0, evicted: 0, queue_full: 0 },
     alerts: 0,
   };
-  readonly #db: Database.Database;
   readonly #cfg: Required<DeliveryConfig>;
   readonly #sendAlert: AlertSender;
   /** Pending + leased per agent, and how many of them are critical; kept with the rows. */
@@ -98,7 +97,6 @@ export class Deliveries {
   readonly #s;
 
   constructor(db: Database.Database, cfg: DeliveryConfig, sendAlert: AlertSender) {
-    this.#db = db;
     this.#cfg = { alertWindowMs: 30_000, random: Math.random, ...cfg };
     this.#sendAlert = sendAlert;
     const p = <T = unknown>(sql: string) => db.prepare<unknown[], T>(sql);

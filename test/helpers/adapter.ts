@@ -10,7 +10,13 @@ import { pino } from 'pino';
 import { type Adapter, startAdapter } from '../../src/adapter/server.js';
 import { AdapterSettingsSchema } from '../../src/adapter/settings.js';
 import { compileTopology } from '../../src/adapter/topology.js';
-import { tempDir, tokenOf, topologyObject, writeTopology } from './topology.js';
+import {
+  type TopologyObject,
+  tempDir,
+  tokenOf,
+  topologyObject,
+  writeTopology,
+} from './topology.js';
 
 export const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 
@@ -24,7 +30,7 @@ export interface TestAdapter {
 
 export async function startTestAdapter(
   overrides: Record<string, string> = {},
-  opts: { now?: () => number; topology?: ReturnType<typeof topologyObject> } = {},
+  opts: { now?: () => number; topology?: TopologyObject } = {},
 ): Promise<TestAdapter> {
   const { topology = topologyObject(), ...rest } = opts;
   const { dir, cleanup } = tempDir();

@@ -21,7 +21,13 @@ export function sha256Hex(text: string): string {
   return createHash('sha256').update(text).digest('hex');
 }
 
-export function topologyObject() {
+export interface TopologyObject {
+  agents: { id: string; role?: string; token_sha256: string }[];
+  channels: { name: string; members: string[] }[];
+  alerts_to: string;
+}
+
+export function topologyObject(): TopologyObject {
   return {
     agents: AGENTS.map((id) => ({ id, role: id, token_sha256: sha256Hex(tokenOf(id)) })),
     channels: Object.entries(CHANNELS).map(([name, members]) => ({ name, members: [...members] })),
