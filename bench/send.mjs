@@ -64,7 +64,13 @@ if (values.floor === 'yes') {
 
 for (const sync of values.sync.split(',')) {
   const { dir, topology, cleanup } = benchDir();
-  const adapter = await startAdapter(dir, topology, ['--sync', sync]);
+  // a bound above what a run can pile up: this measures the write path, not eviction
+  const adapter = await startAdapter(dir, topology, [
+    '--sync',
+    sync,
+    '--queue-capacity',
+    '1000000',
+  ]);
   for (const inflight of levels) {
     const before = await histogram(adapter.url, 'agw_commit_seconds');
     const beforeSize = await histogram(adapter.url, 'agw_commit_messages');

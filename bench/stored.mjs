@@ -1,0 +1,93 @@
+// Send latency with many messages already stored, and restart-to-ready time. For each size
+// (default 0, 100K, 1M) a database is seeded in-process through the store itself (~1 KiB
+// payloads, spread over the seed's channels, already delivered: no pending deliveries), then
+// the adapter is started on it: restart-to-ready is spawn to the first 200 from /health
+// (WAL recovery, migrations, PRAGMA quick_check); then acked sends at 16 in flight.
+//
+//   node bench/stored.mjs [--sizes 0,100000,1000000] [--seconds 5]
+import { createHash } from 'node:crypto';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { SqliteStore } from '../dist/store/sqlite-store.js';
+import { AGENTS, benchDir, closedLoop, round, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
+
+const { values } = parseArgs({
+  options: {
+    sizes: { type: 'string', default: '0,100000,1000000' },
+    seconds: { type: 'string', default: '5' },
+  },
+});
+const seconds = Number(values.seconds);
+const text = 'x'.repeat(1000);
+const channels = ['all-agents', 'product', ...AGENTS.map((a) => `@${a}`)];
+
+function seed(file, n) {
+  const store = new SqliteStore(file, { sync: 'normal' }); // seeding speed only; the adapter opens FULL
+  store.ensureChannels(channels);
+  const payloadJson = JSON.stringify({ text });
+  const t0 = Date.now() - 7 * 24 * 3600 * 1000;
+  for (let done = 0; done < n; ) {
+    const k = Math.min(20_000, n - done);
+    store.transaction(() => {
+      for (let i = 0; i < k; i++) {
+        const key = uuidv7();
+        store.append([
+          {
+            sender: 'pm',
+            idempotencyKey: key,
+            fingerprint: createHash('sha256').update(key).digest(),
+            channel: channels[(done + i) % channels.length],
+            kind: 'status',
+            priority: 'normal',
+            replyTo: null,
+            payloadJson,
+            receivedAt: t0 + done + i,
+            recipients: [],
+          },
+        ]);
+      }
+    });
+    done += k;
+  }
+  store.close();
+}
+
+const headers = { authorization: `Bearer ${tokenOf('pm')}`, 'content-type': 'application/json' };
+const makeRequest = () => ({
+  method: 'POST',
+  path: '/v1/messages',
+  headers,
+  body: JSON.stringify({ idempotency_key: uuidv7(), to: '@qa', kind: 'status', payload: { text } }),
+});
+
+for (const n of values.sizes.split(',').map(Number)) {
+  const { dir, topology, cleanup } = benchDir();
+  const db = join(dir, 'adapter.db');
+  const s0 = performance.now();
+  seed(db, n);
+  const seedSeconds = (performance.now() - s0) / 1000;
+  const dbMib = round(statSync(db).size / 2 ** 20, 1);
+  const t0 = performance.now();
+  const adapter = await startAdapter(dir, topology, ['--db', db, '--queue-capacity', '1000000']);
+  const readyMs = performance.now() - t0;
+  const r = await closedLoop(adapter.url, {
+    inflight: 16,
+    seconds,
+    makeRequest,
+    check: (s) => s === 201,
+  });
+  await adapter.stop();
+  console.log(
+    JSON.stringify({
+      bench: 'stored',
+      stored: n,
+      db_mib: dbMib,
+      seed_s: round(seedSeconds, 1),
+      restart_to_ready_ms: Math.round(readyMs),
+      inflight: 16,
+      ...r,
+    }),
+  );
+  cleanup();
+}
