@@ -39,9 +39,16 @@ const rows = [
   ...(await run('e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
   ...(await run('fanout.mjs', ['--seconds', seconds])),
   ...(await run('stored.mjs', ['--seconds', seconds])),
-  ...(await run('send.mjs', ['--seconds', seconds, '--keys', 'v4'])).filter(
-    (r) => r.target === 'adapter' && r.sync === 'full',
-  ),
+  ...(await run('send.mjs', [
+    '--seconds',
+    seconds,
+    '--keys',
+    'v4',
+    '--floor',
+    'no',
+    '--sync',
+    'full',
+  ])),
 ];
 
 const require = createRequire(import.meta.url);

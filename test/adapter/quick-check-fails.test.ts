@@ -1,0 +1,58 @@
+/**
+ * A database whose pages are broken: PRAGMA quick_check fails at start, the adapter never
+ * turns ready, says what it found, and exits non-zero so the supervisor and the operator see it.
+ */
+import { randomUUID } from 'node:crypto';
+import { closeSync, openSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, expect, it } from 'vitest';
+import { call, runCli, spawnAdapter } from '../helpers/adapter.js';
+import { tempDir, writeTopology } from '../helpers/topology.js';
+
+const { dir, cleanup } = tempDir('agw-qc-');
+afterAll(cleanup);
+
+it('a broken page stops the adapter before it is ready, with the finding in its log', {
+  timeout: 60_000,
+}, async () => {
+  const db = join(dir, 'a.db');
+  const topology = writeTopology(dir);
+  const adapter = await spawnAdapter(['--topology', topology, '--db', db]);
+  for (let i = 0; i < 200; i++) {
+    await call(adapter.url, 'POST', '/v1/messages', {
+      agent: 'pm',
+      body: {
+        idempotency_key: randomUUID(),
+        to: 'product',
+        kind: 'status',
+        payload: { text: 'x'.repeat(2000) },
+      },
+    });
+  }
+  adapter.child.kill('SIGTERM');
+  expect((await adapter.exited).code).toBe(0);
+
+  // scribble over the middle of the file: a run of pages loses its b-tree structure
+  const fd = openSync(db, 'r+');
+  writeSync(fd, Buffer.alloc(4096 * 8, 0x5a), 0, 4096 * 8, 4096 * 20);
+  closeSync(fd);
+
+  const res = await runCli([
+    'adapter',
+    '--topology',
+    topology,
+    '--db',
+    db,
+    '--listen',
+    '127.0.0.1:0',
+  ]);
+  expect(res.code).not.toBe(0);
+  expect(res.code).not.toBe(null);
+  const fatal = res.stdout
+    .split('\n')
+    .filter((l) => l.includes('"level":60'))
+    .map((l) => JSON.parse(l) as { msg: string });
+  expect(fatal).toHaveLength(1);
+  expect(fatal[0]!.msg).toMatch(/quick_check|malformed|corrupt/i);
+  expect(res.stdout).not.toContain('adapter ready');
+});
