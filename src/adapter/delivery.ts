@@ -9,6 +9,7 @@
  */
 import type { Logger } from 'pino';
 import type { GatewayError } from '../protocol/errors.js';
+import type { SentAlert } from '../store/sqlite-deliveries.js';
 import type { DeliveryJson, SqliteStore } from '../store/sqlite-store.js';
 import type { GroupCommit } from './group-commit.js';
 
@@ -25,6 +26,8 @@ export interface DeliveryOptions {
   readonly now: () => number;
   readonly logger: Logger;
   readonly alertsTo: string;
+  /** Each alert sent to alerts_to, once its transaction has committed. */
+  readonly onAlert?: (alert: SentAlert) => void;
 }
 
 export class DeliveryService {
@@ -33,6 +36,7 @@ export class DeliveryService {
   readonly #now: () => number;
   readonly #logger: Logger;
   readonly #alertsTo: string;
+  readonly #onAlert: ((alert: SentAlert) => void) | undefined;
   readonly #waiters = new Map<string, Set<Waiter>>();
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Number.POSITIVE_INFINITY;
@@ -44,6 +48,7 @@ export class DeliveryService {
     this.#now = opts.now;
     this.#logger = opts.logger;
     this.#alertsTo = opts.alertsTo;
+    this.#onAlert = opts.onAlert;
   }
 
   /** Sweeps what fell due while the adapter was down, then keeps the timer armed. */
@@ -53,6 +58,7 @@ export class DeliveryService {
 
   /** After every commit: wake the agents that got deliveries, re-arm the timer. */
   afterCommit(): void {
+    for (const alert of this.#store.deliveries.takeAlerts()) this.#onAlert?.(alert);
     for (const agent of this.#store.deliveries.takeTouched()) this.#wake(agent);
     this.#arm();
   }

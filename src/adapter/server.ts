@@ -9,6 +9,8 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
+import type { Emergencies } from '../journald/emergency.js';
+import type { SdNotify } from '../journald/sd-notify.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { expectMethod, intParam, readBody, sendError, sendJson } from '../protocol/http.js';
 import { SqliteStore } from '../store/sqlite-store.js';
@@ -26,6 +28,10 @@ export interface AdapterOptions {
   readonly settings: AdapterSettings;
   readonly topology: Topology;
   readonly logger: Logger;
+  /** CRIT journald entries for dead-letter and integrity alerts; none when absent. */
+  readonly emergencies?: Emergencies;
+  /** sd_notify: READY=1 when /health turns 200, STOPPING=1 at shutdown. */
+  readonly notify?: SdNotify;
   /** The clock, ms since the epoch; tests move it. Default Date.now. */
   readonly now?: () => number;
 }
@@ -75,7 +81,35 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       logger.error({ err }, 'group commit failed; its senders were told to retry');
     },
   });
-  delivery = new DeliveryService({ store, commits, now, logger, alertsTo: topology.alertsTo });
+  delivery = new DeliveryService({
+    store,
+    commits,
+    now,
+    logger,
+    alertsTo: topology.alertsTo,
+    onAlert: (a) => {
+      const reason =
+        a.kind === 'alert/integrity'
+          ? 'integrity'
+          : a.kind === 'alert/dead-letter'
+            ? 'dead_letter'
+            : undefined;
+      if (reason === undefined) return;
+      opts.emergencies?.raise({
+        reason,
+        message:
+          reason === 'integrity'
+            ? `stored message failed its checksum on ${a.payload.recipient}'s read`
+            : `${a.payload.count} deliveries to ${a.payload.recipient} dead-lettered (${a.payload.reason})`,
+        fields: {
+          AGW_RECIPIENT: a.payload.recipient,
+          AGW_DETAIL: a.payload.reason,
+          AGW_COUNT: a.payload.count,
+          AGW_MESSAGE_IDS: a.payload.message_ids.join(','),
+        },
+      });
+    },
+  });
   const retention = new Retention({
     store,
     commits,
@@ -211,6 +245,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     await delivery.start();
     retention.start();
     ready = true;
+    await opts.notify?.ready();
   });
   // The caller decides what a failed check means (the CLI exits); no unhandled rejection here.
   readyPromise.catch(() => {});
@@ -218,6 +253,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   const close = async (): Promise<void> => {
     if (closing) return;
     closing = true;
+    void opts.notify?.stopping();
     server.close();
     server.closeIdleConnections();
     retention.stop();

@@ -28,8 +28,10 @@ export const ADAPTER_SETTINGS = {
   retentionDays: { env: 'AGW_RETENTION_DAYS', default: '30' },
   /** Kinds retention never prunes, comma-separated. Default task/request,policy/update. */
   retentionKeepKinds: { env: 'AGW_RETENTION_KEEP_KINDS', default: 'task/request,policy/update' },
-  /** stdout (default): JSON lines. */
+  /** stdout (default): JSON lines; journald: native entries to AGW_JOURNAL_SOCKET. */
   log: { env: 'AGW_LOG', default: 'stdout' },
+  /** journald's native socket: CRIT entries for alerts, and the log with AGW_LOG=journald. */
+  journalSocket: { env: 'AGW_JOURNAL_SOCKET', default: '/run/systemd/journal/socket' },
   /** pino level. Default info. */
   logLevel: { env: 'AGW_LOG_LEVEL', default: 'info' },
 } as const satisfies Record<string, SettingSpec>;
@@ -59,7 +61,8 @@ export const AdapterSettingsSchema = z.strictObject({
     }
     return kinds;
   }),
-  log: z.enum(['stdout'], { error: 'must be stdout (journald arrives with the journald writer)' }),
+  log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
+  journalSocket: z.string().min(1, 'must not be empty'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
     error: 'must be one of fatal, error, warn, info, debug, trace, silent',
   }),

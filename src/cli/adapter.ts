@@ -7,6 +7,9 @@
 import { startAdapter } from '../adapter/server.js';
 import { ADAPTER_SETTINGS, AdapterSettingsSchema } from '../adapter/settings.js';
 import { loadTopology } from '../adapter/topology.js';
+import { Emergencies } from '../journald/emergency.js';
+import { SdNotify } from '../journald/sd-notify.js';
+import { JournalWriter } from '../journald/writer.js';
 import { createLogger } from '../log.js';
 import { readSettings, SettingsError } from './settings.js';
 
@@ -19,13 +22,30 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   );
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
   const topology = loadTopology(settings.topology);
-  const logger = createLogger('agent-gateway-adapter', settings.logLevel);
+  const journal = new JournalWriter({ socketPath: settings.journalSocket });
+  const logger = createLogger(
+    'agent-gateway-adapter',
+    settings.logLevel,
+    settings.log === 'journald' ? journal : undefined,
+  );
+  const emergencies = new Emergencies(journal, {
+    agentId: 'adapter',
+    pod: env.POD_NAME,
+    namespace: env.POD_NAMESPACE,
+  });
+  const notify = new SdNotify(env);
+  const finish = async (code: number) => {
+    await journal.flush();
+    journal.close();
+    notify.close();
+    return code;
+  };
   let adapter: Awaited<ReturnType<typeof startAdapter>>;
   try {
-    adapter = await startAdapter({ settings, topology, logger });
+    adapter = await startAdapter({ settings, topology, logger, emergencies, notify });
   } catch (err) {
     logger.fatal({ err }, `adapter cannot start: ${(err as Error).message}`);
-    return 1;
+    return finish(1);
   }
   logger.info(
     { url: adapter.url, db: settings.db, sync: settings.sync },
@@ -36,10 +56,10 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     const stop = (signal: string) => {
       logger.info({ signal }, 'adapter stopping: intake closed, finishing commits in flight');
       adapter.close().then(
-        () => resolve(0),
+        () => resolve(finish(0)),
         (err: unknown) => {
           logger.error({ err }, 'adapter did not stop cleanly');
-          resolve(1);
+          resolve(finish(1));
         },
       );
     };
@@ -51,8 +71,12 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     logger.info({ url: adapter.url }, 'adapter ready: store open and quick_check passed');
   } catch (err) {
     logger.fatal({ err }, `adapter store failed its integrity check: ${(err as Error).message}`);
+    emergencies.raise({
+      reason: 'integrity',
+      message: `adapter store failed its integrity check: ${(err as Error).message}`,
+    });
     await adapter.close();
-    return 1;
+    return finish(1);
   }
   return stopped;
 }

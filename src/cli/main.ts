@@ -4,12 +4,16 @@
  */
 import { TopologyError } from '../adapter/topology.js';
 import { runAdapter } from './adapter.js';
+import { runEmergency } from './emergency.js';
 import { SettingsError } from './settings.js';
+import { runWatch } from './watch.js';
 
 const USAGE = `usage: agent-gateway <command> [flags]
 
 commands:
   adapter     run the central adapter (AGW_TOPOLOGY or --topology is required)
+  emergency   --reason R MESSAGE: one priority=CRIT journald entry, bypassing the adapter
+  watch       [--namespace NS] [--since T] [--forward URL]: follow the gateway's CRIT entries
 
 Every setting is an AGW_* variable or the flag spelled from it; see README.md.`;
 
@@ -18,6 +22,8 @@ const COMMANDS: Record<
   (argv: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>
 > = {
   adapter: runAdapter,
+  emergency: runEmergency,
+  watch: runWatch,
 };
 
 async function main(argv: readonly string[]): Promise<number> {

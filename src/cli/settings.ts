@@ -14,6 +14,8 @@ export class SettingsError extends Error {
 export interface SettingSpec {
   readonly env: string;
   readonly default?: string;
+  /** The flag, when it is not the one spelled from env (watch's --namespace). */
+  readonly flag?: string;
 }
 
 /** Every AGW_* variable of every program, so that a misspelling is caught wherever it is set. */
@@ -61,7 +63,8 @@ export function readSettings<S extends z.ZodObject>(
       throw new SettingsError(`${name}: unknown setting${hint(name, [...KNOWN_ENV])}`);
     }
   }
-  const byFlag = new Map(Object.entries(specs).map(([key, s]) => [flagFor(s.env), key]));
+  const flagOf = (s: SettingSpec) => s.flag ?? flagFor(s.env);
+  const byFlag = new Map(Object.entries(specs).map(([key, s]) => [flagOf(s), key]));
   const raw: Record<string, string> = {};
   const source: Record<string, string> = {};
   for (const [key, s] of Object.entries(specs)) {
@@ -96,7 +99,7 @@ export function readSettings<S extends z.ZodObject>(
     const issue = parsed.error.issues[0]!;
     const key = String(issue.path[0] ?? '');
     const spec = specs[key];
-    const name = source[key] ?? (spec ? `${spec.env} (${flagFor(spec.env)})` : key);
+    const name = source[key] ?? (spec ? `${spec.env} (${flagOf(spec)})` : key);
     const got = raw[key] === undefined ? 'it is not set' : `got "${raw[key]}"`;
     throw new SettingsError(`${name}: ${issue.message}; ${got}`);
   }

@@ -58,6 +58,17 @@ interface AlertRow {
 }
 
 /** Writes one alert message to @alertsTo; provided by the store (it owns sequences). */
+export interface SentAlert {
+  readonly kind: string;
+  readonly payload: {
+    reason: string;
+    recipient: string;
+    count: number;
+    message_ids: string[];
+    attempts: number;
+  };
+}
+
 export type AlertSender = (
   kind: string,
   payload: {
@@ -94,6 +105,8 @@ export class Deliveries {
   #depth = new Map<string, { all: number; critical: number }>();
   /** Agents that were given new deliveries since takeTouched(): their long polls wake. */
   #touched = new Set<string>();
+  /** Alerts written since takeAlerts(): the adapter also raises them on journald, once committed. */
+  #sent: SentAlert[] = [];
   readonly #s;
 
   constructor(db: Database.Database, cfg: DeliveryConfig, sendAlert: AlertSender) {
@@ -122,8 +135,9 @@ export class Deliveries {
     this.reloadDepths();
   }
 
-  /** Re-reads the queue depths; after a rolled-back transaction the counters may be off. */
+  /** After a rolled-back transaction: re-read the depths, forget alerts that never committed. */
   reloadDepths(): void {
+    this.#sent = [];
     this.#depth = new Map(
       this.#s.depths.all().map((r) => [r.recipient, { all: r.depth, critical: r.critical }]),
     );
@@ -131,6 +145,10 @@ export class Deliveries {
 
   depth(agent: string): { all: number; critical: number } {
     return this.#depth.get(agent) ?? { all: 0, critical: 0 };
+  }
+
+  takeAlerts(): SentAlert[] {
+    return this.#sent.splice(0);
   }
 
   takeTouched(): Set<string> {
@@ -362,6 +380,16 @@ export class Deliveries {
       now,
     );
     this.stats.alerts++;
+    this.#sent.push({
+      kind: a.kind,
+      payload: {
+        reason: a.reason,
+        recipient: a.recipient,
+        count: a.count,
+        message_ids: JSON.parse(a.message_ids) as string[],
+        attempts: a.attempts,
+      },
+    });
   }
 
   #saveAlert(a: AlertRow): void {

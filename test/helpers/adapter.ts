@@ -48,6 +48,7 @@ export async function startTestAdapter(
     retentionDays: '30',
     retentionKeepKinds: 'task/request,policy/update',
     log: 'stdout',
+    journalSocket: '/nonexistent/agw-test-journal.sock',
     logLevel: 'silent',
     ...overrides,
   });
