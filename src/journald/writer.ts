@@ -7,9 +7,10 @@
  * plain object with write(), no worker.
  *
  * - **Busy socket (EAGAIN).** node-unix-socket queues a datagram the kernel will not take yet and
- *   sends it when the socket turns writable. We bound that queue: at most `maxPending` entries
- *   in flight; past the bound an entry is dropped and counted exactly (`stats.dropped`), and the
- *   count is reported with the next entry that gets through (AGW_DROPPED).
+ *   sends it when the socket turns writable. We bound that queue: at most `maxPendingBytes` in
+ *   flight (16 MiB: a burst of ~100,000 ordinary log lines); past the bound an entry is dropped
+ *   and counted exactly (`stats.dropped`), and the count is reported with the next entry that
+ *   gets through, or on its own entry once the queue has drained (AGW_DROPPED).
  * - **No socket.** Entries go to stderr as one line prefixed `<2>` (journald and conmon 2.2+
  *   read that as CRIT), so the emergency channel degrades rather than vanishes; a warning says
  *   so once. The writer looks for the socket again at most every `recheckMs` and picks it up
@@ -23,8 +24,8 @@ import { encodeEntry, type Fields } from './native-protocol.js';
 export interface JournalWriterOptions {
   /** journald's native socket. Default /run/systemd/journal/socket. */
   readonly socketPath?: string;
-  /** Entries in flight before new ones are dropped (counted). Default 10,000. */
-  readonly maxPending?: number;
+  /** Bytes in flight before new entries are dropped (counted). Default 16 MiB. */
+  readonly maxPendingBytes?: number;
   /** How often to look for a missing socket again, ms. Default 1,000. */
   readonly recheckMs?: number;
   /** Where degraded entries go. Default process.stderr. */
@@ -36,21 +37,27 @@ export interface JournalStats {
   sent: number;
   /** Entries written to stderr because there was no journald. */
   toStderr: number;
-  /** Entries dropped because `maxPending` were already in flight. */
+  /** Entries dropped because `maxPendingBytes` were already in flight. */
   dropped: number;
-  /** Entries in flight now. */
+  /** Entries in flight now, and their bytes. */
   pending: number;
+  pendingBytes: number;
 }
 
 export const DEFAULT_JOURNAL_SOCKET = '/run/systemd/journal/socket';
 
-/** The largest datagram we ask for; the kernel may cap it at net.core.wmem_max. */
+/** The send buffer we ask for; the kernel may cap it at net.core.wmem_max. */
 const SEND_BUFFER_BYTES = 8 * 1024 * 1024;
+/**
+ * The largest entry sent as one datagram: 1 MiB, far above any log line, well inside what
+ * journald takes on its native socket; larger entries are cut at their largest field.
+ */
+const MAX_ENTRY_BYTES = 1024 * 1024;
 
 export class JournalWriter {
-  readonly stats: JournalStats = { sent: 0, toStderr: 0, dropped: 0, pending: 0 };
+  readonly stats: JournalStats = { sent: 0, toStderr: 0, dropped: 0, pending: 0, pendingBytes: 0 };
   readonly socketPath: string;
-  readonly #maxPending: number;
+  readonly #maxPendingBytes: number;
   readonly #recheckMs: number;
   readonly #stderr: { write(line: string): unknown };
   readonly #maxBytes: number;
@@ -63,7 +70,7 @@ export class JournalWriter {
 
   constructor(opts: JournalWriterOptions = {}) {
     this.socketPath = opts.socketPath ?? DEFAULT_JOURNAL_SOCKET;
-    this.#maxPending = opts.maxPending ?? 10_000;
+    this.#maxPendingBytes = opts.maxPendingBytes ?? 16 * 1024 * 1024;
     this.#recheckMs = opts.recheckMs ?? 1000;
     this.#stderr = opts.stderr ?? process.stderr;
     this.#available = existsSync(this.socketPath);
@@ -77,7 +84,7 @@ export class JournalWriter {
       // keep the kernel's default
     }
     // a little under the buffer: the kernel counts its own overhead against it
-    this.#maxBytes = Math.min(sndbuf, SEND_BUFFER_BYTES) - 4096;
+    this.#maxBytes = Math.min(sndbuf - 4096, MAX_ENTRY_BYTES);
     if (!this.#available) this.#warn();
   }
 
@@ -101,24 +108,29 @@ export class JournalWriter {
       this.#toStderr(fields);
       return;
     }
-    if (this.stats.pending >= this.#maxPending) {
-      this.stats.dropped++;
-      this.#unreported++;
-      return;
-    }
     const entry =
       this.#unreported > 0
         ? { ...fields, AGW_DROPPED: this.#unreported, AGW_DROPPED_TOTAL: this.stats.dropped }
         : fields;
-    this.#unreported = 0;
     const datagram = encodeEntry(entry, this.#maxBytes);
+    if (this.stats.pendingBytes + datagram.length > this.#maxPendingBytes) {
+      this.stats.dropped++;
+      this.#unreported++;
+      return;
+    }
+    this.#unreported = 0;
+    this.#send(datagram, fields);
+  }
+
+  #send(datagram: Buffer, fields: Fields): void {
     this.stats.pending++;
+    this.stats.pendingBytes += datagram.length;
     try {
       this.#open().sendTo(datagram, 0, datagram.length, this.socketPath, (err) =>
-        this.#done(err, fields),
+        this.#done(err, fields, datagram.length),
       );
     } catch (err) {
-      this.#done(err as Error, fields);
+      this.#done(err as Error, fields, datagram.length);
     }
   }
 
@@ -133,8 +145,9 @@ export class JournalWriter {
     this.#socket = undefined;
   }
 
-  #done(err: Error | undefined | null, fields: Fields): void {
+  #done(err: Error | undefined | null, fields: Fields, bytes: number): void {
     this.stats.pending--;
+    this.stats.pendingBytes -= bytes;
     if (err) {
       // journald went away (restart, stop): this entry goes to stderr, later ones too until
       // the socket is back
@@ -143,6 +156,20 @@ export class JournalWriter {
       this.#toStderr(fields);
     } else {
       this.stats.sent++;
+    }
+    if (this.stats.pending === 0 && this.#unreported > 0 && this.#available) {
+      // the queue drained with drops nobody has heard of yet: say so now
+      const n = this.#unreported;
+      this.#unreported = 0;
+      const report = {
+        PRIORITY: 4,
+        MESSAGE: `agent-gateway: ${n} journal entries were dropped while the socket was busy`,
+        SYSLOG_IDENTIFIER: 'agent-gateway',
+        AGW_DROPPED: n,
+        AGW_DROPPED_TOTAL: this.stats.dropped,
+      };
+      this.#send(encodeEntry(report, this.#maxBytes), report);
+      return;
     }
     if (this.stats.pending === 0) for (const resolve of this.#idle.splice(0)) resolve();
   }

@@ -1,0 +1,287 @@
+/**
+ * The emergency channel end to end against a real journald: the emergency command, watch,
+ * rate limits, the pino destination, the adapter's CRIT entries for dead letters, sd_notify.
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { DgramSocket } from 'node-unix-socket';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EMERGENCY_MESSAGE_ID, Emergencies } from '../../src/journald/emergency.js';
+import { JournalWriter } from '../../src/journald/writer.js';
+import { createLogger } from '../../src/log.js';
+import { CLI, call, runCli, spawnAdapter } from '../helpers/adapter.js';
+import { startJournal, type TestJournal } from '../helpers/journald.js';
+import { tempDir, writeTopology } from '../helpers/topology.js';
+
+let journal: TestJournal;
+const { dir, cleanup } = tempDir('agw-jd-');
+beforeAll(async () => {
+  journal = await startJournal();
+});
+afterAll(async () => {
+  await journal?.destroy();
+  cleanup();
+});
+
+describe('agent-gateway emergency and watch', () => {
+  it('watch prints an emergency within one second of it being written', {
+    timeout: 30_000,
+  }, async () => {
+    const since = `${new Date(Date.now() - 1000).toISOString().replace('T', ' ').slice(0, 19)} UTC`;
+    const watcher = spawn(
+      process.execPath,
+      [CLI, 'watch', '--namespace', journal.namespace, '--since', since],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    const exited = new Promise<number | null>((r) => watcher.once('exit', (code) => r(code)));
+    try {
+      const seen = new Promise<{ entry: Record<string, unknown>; at: number }>((resolve) => {
+        createInterface({ input: watcher.stdout! }).on('line', (line) =>
+          resolve({ entry: JSON.parse(line), at: Date.now() }),
+        );
+      });
+      const writtenAt = Date.now();
+      const res = await runCli(
+        ['emergency', '--reason', 'manual', 'the adapter is gone; ünïcode\nand a second line'],
+        {
+          AGW_JOURNAL_SOCKET: journal.socket,
+          AGW_AGENT_ID: 'qa',
+          POD_NAME: 'qa-7f9c',
+          POD_NAMESPACE: 'agents',
+        },
+      );
+      expect(res.code).toBe(0);
+      const { entry, at } = await seen;
+      expect(at - writtenAt).toBeLessThan(1000);
+      expect(entry).toMatchObject({
+        message: 'the adapter is gone; ünïcode\nand a second line',
+        priority: 2,
+        message_id: EMERGENCY_MESSAGE_ID,
+        identifier: 'agent-gateway',
+        AGW_AGENT_ID: 'qa',
+        AGW_REASON: 'manual',
+        AGW_POD: 'qa-7f9c',
+        AGW_NAMESPACE: 'agents',
+      });
+    } finally {
+      watcher.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
+  });
+
+  it('emergency says clearly when it could not reach journald, and exits non-zero', async () => {
+    const res = await runCli(['emergency', '--reason', 'manual', 'help'], {
+      AGW_JOURNAL_SOCKET: join(dir, 'no-such.socket'),
+      AGW_AGENT_ID: 'qa',
+    });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toContain('<2>help');
+    expect(res.stderr).toContain('journald did not take the entry');
+    const bad = await runCli(['emergency', 'no reason given'], { AGW_AGENT_ID: 'qa' });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--reason');
+  });
+});
+
+describe('watch --forward', () => {
+  it('POSTs each entry to the URL, retrying a 503', { timeout: 30_000 }, async () => {
+    const { createServer } = await import('node:http');
+    const bodies: { status: number; body: Record<string, unknown> }[] = [];
+    const marker = `forward-${randomUUID()}`;
+    const server = createServer((req, res) => {
+      let text = '';
+      req.on('data', (d: Buffer) => {
+        text += d;
+      });
+      req.on('end', () => {
+        const body = JSON.parse(text) as Record<string, unknown>;
+        // the first attempt for our entry fails
+        const status =
+          body.message === marker && !bodies.some((b) => b.body.message === marker) ? 503 : 200;
+        bodies.push({ status, body });
+        res.writeHead(status).end();
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    const since = `${new Date(Date.now() - 1000).toISOString().replace('T', ' ').slice(0, 19)} UTC`;
+    const watcher = spawn(
+      process.execPath,
+      [
+        CLI,
+        'watch',
+        '--namespace',
+        journal.namespace,
+        '--since',
+        since,
+        '--forward',
+        `http://127.0.0.1:${port}/alerts`,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const exited = new Promise<number | null>((r) => watcher.once('exit', (code) => r(code)));
+    try {
+      const res = await runCli(['emergency', '--reason', 'manual', marker], {
+        AGW_JOURNAL_SOCKET: journal.socket,
+        AGW_AGENT_ID: 'pm',
+      });
+      expect(res.code).toBe(0);
+      const deadline = Date.now() + 10_000;
+      while (
+        !bodies.some((b) => b.status === 200 && b.body.message === marker) &&
+        Date.now() < deadline
+      ) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const mine = bodies.filter((b) => b.body.message === marker);
+      expect(mine.map((b) => b.status)).toEqual([503, 200]);
+      expect(mine[1]!.body).toMatchObject({
+        AGW_AGENT_ID: 'pm',
+        AGW_REASON: 'manual',
+        priority: 2,
+      });
+    } finally {
+      watcher.kill('SIGTERM');
+      server.close();
+    }
+    expect(await exited).toBe(0);
+  });
+});
+
+describe('Emergencies', () => {
+  it('rate-limits automatic reasons per reason and reports what it held back; explicit ones pass', async () => {
+    let now = 1_000_000;
+    const writer = new JournalWriter({ socketPath: journal.socket });
+    const agent = `rl-${randomUUID()}`;
+    const e = new Emergencies(writer, { agentId: agent, now: () => now });
+    const written = [
+      e.raise({ reason: 'outbox_full', message: 'full 1' }),
+      e.raise({ reason: 'outbox_full', message: 'full 2' }),
+      e.raise({ reason: 'outbox_full', message: 'full 3' }),
+      e.raise({ reason: 'circuit_open', message: 'open 1' }),
+    ];
+    now += 30_000;
+    written.push(e.raise({ reason: 'outbox_full', message: 'full 4' }));
+    for (let i = 0; i < 50; i++)
+      written.push(e.raise({ reason: 'manual', message: `manual ${i}` }, { explicit: true }));
+    await writer.flush();
+    writer.close();
+    expect(written.slice(0, 5)).toEqual([true, false, false, true, true]);
+    expect(written.slice(5).every(Boolean)).toBe(true);
+    const entries = journal.read(`AGW_AGENT_ID=${agent}`);
+    const full = entries.filter((x) => x.AGW_REASON === 'outbox_full');
+    expect(full.map((x) => [x.MESSAGE, x.AGW_SUPPRESSED])).toEqual([
+      ['full 1', undefined],
+      ['full 4', '2'],
+    ]);
+    expect(entries.filter((x) => x.AGW_REASON === 'manual')).toHaveLength(50);
+    expect(entries.every((x) => x.PRIORITY === '2' && x.MESSAGE_ID === EMERGENCY_MESSAGE_ID)).toBe(
+      true,
+    );
+  });
+});
+
+describe('AGW_LOG=journald', () => {
+  it('maps pino levels to PRIORITY, nested objects to JSON, err.stack to ERR_STACK', async () => {
+    const writer = new JournalWriter({ socketPath: journal.socket });
+    const name = `log-${randomUUID()}`;
+    const logger = createLogger(name, 'trace', writer);
+    logger.fatal('f');
+    logger.error({ err: new Error('boom') }, 'e');
+    logger.warn({ ctx: { a: 1, b: [2] } }, 'w');
+    logger.info('i');
+    logger.debug('d');
+    logger.trace('t');
+    await writer.flush();
+    writer.close();
+    const entries = journal.read(`SYSLOG_IDENTIFIER=${name}`);
+    expect(entries.map((x) => [x.MESSAGE, x.PRIORITY])).toEqual([
+      ['f', '2'],
+      ['e', '3'],
+      ['w', '4'],
+      ['i', '6'],
+      ['d', '7'],
+      ['t', '7'],
+    ]);
+    expect(String(entries[1]!.ERR_STACK)).toMatch(/^Error: boom\n\s+at /);
+    expect(JSON.parse(String(entries[2]!.CTX))).toEqual({ a: 1, b: [2] });
+  });
+});
+
+describe('the adapter on journald', () => {
+  it('writes a CRIT entry for a dead letter, and sd_notify READY=1 then STOPPING=1', {
+    timeout: 30_000,
+  }, async () => {
+    const notifyPath = join(dir, 'notify.sock');
+    const notify = new DgramSocket();
+    notify.bind(notifyPath);
+    const states: string[] = [];
+    notify.on('data', (buf: Buffer) => states.push(buf.toString()));
+    const adapter = await spawnAdapter(
+      [
+        '--topology',
+        writeTopology(dir),
+        '--db',
+        join(dir, 'a.db'),
+        '--lease-ms',
+        '100',
+        '--max-retries',
+        '0',
+      ],
+      { AGW_JOURNAL_SOCKET: journal.socket, NOTIFY_SOCKET: notifyPath },
+    );
+    try {
+      const sent = await call(adapter.url, 'POST', '/v1/messages', {
+        agent: 'pm',
+        body: { idempotency_key: randomUUID(), to: '@qa', kind: 'status', payload: {} },
+      });
+      await call(adapter.url, 'GET', '/v1/inbox', { agent: 'qa' }); // leased, never acked
+      const deadline = Date.now() + 10_000;
+      let crit: Record<string, unknown>[] = [];
+      while (crit.length === 0 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 100));
+        crit = journal.read(`MESSAGE_ID=${EMERGENCY_MESSAGE_ID}`, 'AGW_REASON=dead_letter');
+      }
+      expect(crit).toHaveLength(1);
+      expect(crit[0]).toMatchObject({
+        PRIORITY: '2',
+        AGW_AGENT_ID: 'adapter',
+        AGW_RECIPIENT: 'qa',
+        AGW_DETAIL: 'lease_expired',
+        AGW_MESSAGE_IDS: sent.body.message_id,
+      });
+      expect(states).toContain('READY=1');
+    } finally {
+      adapter.child.kill('SIGTERM');
+      await adapter.exited;
+      await new Promise((r) => setTimeout(r, 50));
+      notify.close();
+    }
+    expect(states).toEqual(['READY=1', 'STOPPING=1']);
+  });
+});
+
+describe('SdNotify', () => {
+  it('speaks to an abstract NOTIFY_SOCKET (@name) and sends WATCHDOG=1 at half of WATCHDOG_USEC', async () => {
+    const name = `agw-notify-${randomUUID()}`;
+    const socket = new DgramSocket();
+    socket.bind(`\0${name}`);
+    const got: string[] = [];
+    socket.on('data', (buf: Buffer) => got.push(buf.toString()));
+    const { SdNotify } = await import('../../src/journald/sd-notify.js');
+    const n = new SdNotify({ NOTIFY_SOCKET: `@${name}`, WATCHDOG_USEC: '100000' });
+    await n.ready();
+    await new Promise((r) => setTimeout(r, 130)); // two watchdog periods of 50 ms
+    await n.stopping();
+    n.close();
+    await new Promise((r) => setTimeout(r, 20));
+    socket.close();
+    expect(got[0]).toBe('READY=1');
+    expect(got.filter((s) => s === 'WATCHDOG=1').length).toBeGreaterThanOrEqual(1);
+    expect(got.at(-1)).toBe('STOPPING=1');
+  });
+});
