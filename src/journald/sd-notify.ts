@@ -3,12 +3,12 @@
  * NOTIFY_SOCKET, a path, or an abstract socket when it starts with `@`. Without NOTIFY_SOCKET
  * (not run by systemd with Type=notify) every call does nothing.
  */
-import { DgramSocket } from 'node-unix-socket';
+import { UnixDgram } from './unix-dgram.js';
 
 export class SdNotify {
   readonly #path: string | undefined;
   readonly #watchdogMs: number | undefined;
-  #socket: DgramSocket | undefined;
+  #socket: UnixDgram | undefined;
   #watchdog: NodeJS.Timeout | undefined;
 
   constructor(env: NodeJS.ProcessEnv = process.env) {
@@ -32,15 +32,10 @@ export class SdNotify {
   notify(state: string): Promise<void> {
     const path = this.#path;
     if (path === undefined) return Promise.resolve();
-    this.#socket ??= new DgramSocket();
-    const buf = Buffer.from(state);
-    return new Promise((resolve) => {
-      try {
-        this.#socket!.sendTo(buf, 0, buf.length, path, () => resolve());
-      } catch {
-        resolve();
-      }
-    });
+    this.#socket ??= new UnixDgram();
+    // one small datagram to systemd: a busy or missing socket is not worth more than a try
+    this.#socket.send(Buffer.from(state), path);
+    return Promise.resolve();
   }
 
   /** READY=1, and WATCHDOG=1 from now on at half of WATCHDOG_USEC when systemd asked for it. */

@@ -1,31 +1,29 @@
 /**
  * The journald writer: entries as datagrams on journald's native socket.
  *
- * AF_UNIX datagrams need a native module. unix-dgram crashes inside worker threads (which is
- * where pino would run a transport), so we use node-unix-socket (napi-rs, prebuilt, driven by
- * Node's own libuv loop) and keep the writer on the main thread: pino's destination here is a
- * plain object with write(), no worker.
+ * AF_UNIX datagrams need a native module (unix-dgram.ts); the writer stays on the main thread,
+ * and pino's journald destination is a plain object with write(), not a worker transport.
  *
- * - **Busy socket (EAGAIN).** node-unix-socket queues a datagram the kernel will not take yet and
- *   sends it when the socket turns writable. We bound that queue: at most `maxPendingBytes` in
- *   flight (16 MiB: a burst of ~100,000 ordinary log lines); past the bound an entry is dropped
- *   and counted exactly (`stats.dropped`), and the count is reported with the next entry that
- *   gets through, or on its own entry once the queue has drained (AGW_DROPPED).
+ * - **Busy socket (EAGAIN).** The entry waits in a resend queue, in order, and later entries
+ *   queue behind it; the queue drains when the socket turns writable. It is bounded (16 MiB,
+ *   a burst of ~100,000 ordinary log lines): past the bound an entry is dropped and counted
+ *   exactly (`stats.dropped`), and the count is reported with the next entry that gets through,
+ *   or on its own entry once the queue has drained (AGW_DROPPED).
  * - **No socket.** Entries go to stderr as one line prefixed `<2>` (journald and conmon 2.2+
  *   read that as CRIT), so the emergency channel degrades rather than vanishes; a warning says
  *   so once. The writer looks for the socket again at most every `recheckMs` and picks it up
- *   when journald is back. An entry whose send fails because journald went away goes to stderr
- *   too: nothing is lost silently.
+ *   when journald is back. Entries waiting when journald went away go to stderr too: nothing is
+ *   lost silently.
  */
-import { existsSync } from 'node:fs';
-import { DgramSocket } from 'node-unix-socket';
+import { existsSync, readFileSync } from 'node:fs';
 import { encodeEntry, type Fields } from './native-protocol.js';
+import { EMSGSIZE, UnixDgram } from './unix-dgram.js';
 
 export interface JournalWriterOptions {
   /** journald's native socket. Default /run/systemd/journal/socket. */
   readonly socketPath?: string;
-  /** Bytes in flight before new entries are dropped (counted). Default 16 MiB. */
-  readonly maxPendingBytes?: number;
+  /** Bytes waiting in the resend queue before new entries are dropped (counted). Default 16 MiB. */
+  readonly maxQueuedBytes?: number;
   /** How often to look for a missing socket again, ms. Default 1,000. */
   readonly recheckMs?: number;
   /** Where degraded entries go. Default process.stderr. */
@@ -35,56 +33,59 @@ export interface JournalWriterOptions {
 export interface JournalStats {
   /** Entries journald took. */
   sent: number;
-  /** Entries written to stderr because there was no journald. */
+  /** Entries written to stderr because there was no journald (or journald refused them). */
   toStderr: number;
-  /** Entries dropped because `maxPendingBytes` were already in flight. */
+  /** Entries dropped because the resend queue was full. */
   dropped: number;
-  /** Entries in flight now, and their bytes. */
-  pending: number;
-  pendingBytes: number;
+  /** Entries waiting in the resend queue now, and their bytes. */
+  queued: number;
+  queuedBytes: number;
 }
 
 export const DEFAULT_JOURNAL_SOCKET = '/run/systemd/journal/socket';
 
-/** The send buffer we ask for; the kernel may cap it at net.core.wmem_max. */
-const SEND_BUFFER_BYTES = 8 * 1024 * 1024;
 /**
- * The largest entry sent as one datagram: 1 MiB, far above any log line, well inside what
- * journald takes on its native socket; larger entries are cut at their largest field.
+ * The largest entry sent as one datagram. An AF_UNIX datagram must fit the socket's send
+ * buffer, net.core.wmem_default (212,992 bytes on most machines); journald's own limit is far
+ * higher. Larger entries are cut at their largest field.
  */
-const MAX_ENTRY_BYTES = 1024 * 1024;
+function maxEntryBytes(): number {
+  try {
+    const wmem = Number(readFileSync('/proc/sys/net/core/wmem_default', 'utf8'));
+    if (Number.isInteger(wmem) && wmem > 16_384) return wmem - 4096;
+  } catch {
+    // not Linux, or no /proc: the common default
+  }
+  return 212_992 - 4096;
+}
+
+interface Queued {
+  readonly datagram: Buffer;
+  readonly fields: Fields;
+}
 
 export class JournalWriter {
-  readonly stats: JournalStats = { sent: 0, toStderr: 0, dropped: 0, pending: 0, pendingBytes: 0 };
+  readonly stats: JournalStats = { sent: 0, toStderr: 0, dropped: 0, queued: 0, queuedBytes: 0 };
   readonly socketPath: string;
-  readonly #maxPendingBytes: number;
+  readonly maxEntryBytes = maxEntryBytes();
+  readonly #maxQueuedBytes: number;
   readonly #recheckMs: number;
   readonly #stderr: { write(line: string): unknown };
-  readonly #maxBytes: number;
-  #socket: DgramSocket | undefined;
+  #socket: UnixDgram | undefined;
+  readonly #queue: Queued[] = [];
   #available: boolean;
-  #checkedAt = 0;
+  #checkedAt: number;
   #warned = false;
   #unreported = 0;
   #idle: (() => void)[] = [];
 
   constructor(opts: JournalWriterOptions = {}) {
     this.socketPath = opts.socketPath ?? DEFAULT_JOURNAL_SOCKET;
-    this.#maxPendingBytes = opts.maxPendingBytes ?? 16 * 1024 * 1024;
+    this.#maxQueuedBytes = opts.maxQueuedBytes ?? 16 * 1024 * 1024;
     this.#recheckMs = opts.recheckMs ?? 1000;
     this.#stderr = opts.stderr ?? process.stderr;
-    this.#available = existsSync(this.socketPath);
+    this.#available = this.#connect();
     this.#checkedAt = Date.now();
-    let sndbuf = 212_992;
-    try {
-      const s = this.#open();
-      s.setSendBufferSize(SEND_BUFFER_BYTES);
-      sndbuf = s.getSendBufferSize();
-    } catch {
-      // keep the kernel's default
-    }
-    // a little under the buffer: the kernel counts its own overhead against it
-    this.#maxBytes = Math.min(sndbuf - 4096, MAX_ENTRY_BYTES);
     if (!this.#available) this.#warn();
   }
 
@@ -93,16 +94,11 @@ export class JournalWriter {
     return this.#available;
   }
 
-  /** The largest entry sent whole; larger ones are cut at their largest field. */
-  get maxEntryBytes(): number {
-    return this.#maxBytes;
-  }
-
   /** Writes one entry; never throws, never blocks. */
   write(fields: Fields): void {
     if (!this.#available && Date.now() - this.#checkedAt >= this.#recheckMs) {
       this.#checkedAt = Date.now();
-      this.#available = existsSync(this.socketPath);
+      this.#available = this.#connect();
     }
     if (!this.#available) {
       this.#toStderr(fields);
@@ -112,76 +108,117 @@ export class JournalWriter {
       this.#unreported > 0
         ? { ...fields, AGW_DROPPED: this.#unreported, AGW_DROPPED_TOTAL: this.stats.dropped }
         : fields;
-    const datagram = encodeEntry(entry, this.#maxBytes);
-    if (this.stats.pendingBytes + datagram.length > this.#maxPendingBytes) {
-      this.stats.dropped++;
-      this.#unreported++;
+    const datagram = encodeEntry(entry, this.maxEntryBytes);
+    if (this.#queue.length > 0) {
+      this.#enqueue(datagram, fields);
       return;
     }
     this.#unreported = 0;
-    this.#send(datagram, fields);
+    this.#send({ datagram, fields });
   }
 
-  #send(datagram: Buffer, fields: Fields): void {
-    this.stats.pending++;
-    this.stats.pendingBytes += datagram.length;
-    try {
-      this.#open().sendTo(datagram, 0, datagram.length, this.socketPath, (err) =>
-        this.#done(err, fields, datagram.length),
-      );
-    } catch (err) {
-      this.#done(err as Error, fields, datagram.length);
-    }
-  }
-
-  /** Resolves once every entry written so far has been sent (or sent to stderr). */
+  /** Resolves once the resend queue is empty (everything written so far has gone somewhere). */
   flush(): Promise<void> {
-    if (this.stats.pending === 0) return Promise.resolve();
+    if (this.#queue.length === 0) return Promise.resolve();
     return new Promise((resolve) => this.#idle.push(resolve));
   }
 
   close(): void {
+    for (const q of this.#queue.splice(0)) this.#toStderr(q.fields);
+    this.#settle();
     this.#socket?.close();
     this.#socket = undefined;
   }
 
-  #done(err: Error | undefined | null, fields: Fields, bytes: number): void {
-    this.stats.pending--;
-    this.stats.pendingBytes -= bytes;
-    if (err) {
-      // journald went away (restart, stop): this entry goes to stderr, later ones too until
-      // the socket is back
+  /** A fresh socket connected to journald's (a restarted journald has a new one). */
+  #connect(): boolean {
+    this.#socket?.close();
+    this.#socket = undefined;
+    if (!existsSync(this.socketPath)) return false;
+    const socket = new UnixDgram({ onWritable: () => this.#drain() });
+    try {
+      socket.connect(this.socketPath);
+    } catch {
+      socket.close();
+      return false;
+    }
+    this.#socket = socket;
+    return true;
+  }
+
+  /** Sends one datagram; false if the socket was busy (the entry is then at the queue's head). */
+  #send(q: Queued, fromQueue = false): boolean {
+    const r = this.#socket?.send(q.datagram) ?? { errno: -9 };
+    if (r === 'sent') {
+      this.stats.sent++;
+      return true;
+    }
+    if (r === 'busy') {
+      if (!fromQueue) this.#enqueue(q.datagram, q.fields, true);
+      return false;
+    }
+    if (r.errno !== EMSGSIZE) {
+      // journald went away (stopped, restarting): this entry and those waiting go to stderr,
+      // later ones too until the socket is back
       this.#available = false;
       this.#checkedAt = Date.now();
-      this.#toStderr(fields);
-    } else {
-      this.stats.sent++;
+      if (fromQueue) this.#queue.shift();
+      this.#toStderr(q.fields);
+      for (const w of this.#queue.splice(0)) this.#toStderr(w.fields);
+      this.#settle();
+      return false;
     }
-    if (this.stats.pending === 0 && this.#unreported > 0 && this.#available) {
+    this.#toStderr(q.fields);
+    return true;
+  }
+
+  #enqueue(datagram: Buffer, fields: Fields, force = false): void {
+    if (!force && this.stats.queuedBytes + datagram.length > this.#maxQueuedBytes) {
+      this.stats.dropped++;
+      this.#unreported++;
+      return;
+    }
+    this.#queue.push({ datagram, fields });
+    this.stats.queued = this.#queue.length;
+    this.stats.queuedBytes += datagram.length;
+  }
+
+  /** The socket can take more: send what waits, in order, until it is busy again. */
+  #drain(): void {
+    while (this.#queue.length > 0) {
+      const head = this.#queue[0]!;
+      const before = this.#queue.length;
+      if (!this.#send(head, true)) {
+        if (this.#queue.length === before) return; // busy: wait for the next 'writable'
+        break; // journald went away: the queue went to stderr
+      }
+      this.#queue.shift();
+      this.stats.queuedBytes -= head.datagram.length;
+      this.stats.queued = this.#queue.length;
+    }
+    if (this.#unreported > 0 && this.#available) {
       // the queue drained with drops nobody has heard of yet: say so now
       const n = this.#unreported;
       this.#unreported = 0;
       const report = {
         PRIORITY: 4,
-        MESSAGE: `agent-gateway: ${n} journal entries were dropped while the socket was busy`,
+        MESSAGE: `agent-gateway: ${n} journal entries were dropped while journald was busy`,
         SYSLOG_IDENTIFIER: 'agent-gateway',
         AGW_DROPPED: n,
         AGW_DROPPED_TOTAL: this.stats.dropped,
       };
-      this.#send(encodeEntry(report, this.#maxBytes), report);
-      return;
+      this.#send({ datagram: encodeEntry(report, this.maxEntryBytes), fields: report });
+      if (this.#queue.length > 0) return;
     }
-    if (this.stats.pending === 0) for (const resolve of this.#idle.splice(0)) resolve();
+    this.#settle();
   }
 
-  #open(): DgramSocket {
-    if (this.#socket === undefined) {
-      this.#socket = new DgramSocket();
-      this.#socket.on('error', () => {
-        this.#socket = undefined;
-      });
+  #settle(): void {
+    this.stats.queued = this.#queue.length;
+    if (this.#queue.length === 0) {
+      this.stats.queuedBytes = 0;
+      for (const resolve of this.#idle.splice(0)) resolve();
     }
-    return this.#socket;
   }
 
   #toStderr(fields: Fields): void {

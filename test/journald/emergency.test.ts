@@ -6,9 +6,9 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { DgramSocket } from 'node-unix-socket';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EMERGENCY_MESSAGE_ID, Emergencies } from '../../src/journald/emergency.js';
+import { UnixDgram } from '../../src/journald/unix-dgram.js';
 import { JournalWriter } from '../../src/journald/writer.js';
 import { createLogger } from '../../src/log.js';
 import { CLI, call, runCli, spawnAdapter } from '../helpers/adapter.js';
@@ -217,10 +217,9 @@ describe('the adapter on journald', () => {
     timeout: 30_000,
   }, async () => {
     const notifyPath = join(dir, 'notify.sock');
-    const notify = new DgramSocket();
-    notify.bind(notifyPath);
     const states: string[] = [];
-    notify.on('data', (buf: Buffer) => states.push(buf.toString()));
+    const notify = new UnixDgram({ onMessage: (buf) => states.push(buf.toString()) });
+    notify.bind(notifyPath);
     const adapter = await spawnAdapter(
       [
         '--topology',
@@ -268,10 +267,9 @@ describe('the adapter on journald', () => {
 describe('SdNotify', () => {
   it('speaks to an abstract NOTIFY_SOCKET (@name) and sends WATCHDOG=1 at half of WATCHDOG_USEC', async () => {
     const name = `agw-notify-${randomUUID()}`;
-    const socket = new DgramSocket();
-    socket.bind(`\0${name}`);
     const got: string[] = [];
-    socket.on('data', (buf: Buffer) => got.push(buf.toString()));
+    const socket = new UnixDgram({ onMessage: (buf) => got.push(buf.toString()) });
+    socket.bind(`\0${name}`);
     const { SdNotify } = await import('../../src/journald/sd-notify.js');
     const n = new SdNotify({ NOTIFY_SOCKET: `@${name}`, WATCHDOG_USEC: '100000' });
     await n.ready();

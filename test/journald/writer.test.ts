@@ -85,15 +85,15 @@ describe('JournalWriter', () => {
 
   it('past its bound it drops, counts exactly, and reports the count', async () => {
     // journald paused: its socket takes a few datagrams, then nothing; with 1 MiB allowed in
-    // flight, 2,000 entries of 16 KiB cannot all wait, and the rest are dropped and counted
-    const writer = new JournalWriter({ socketPath: journal.socket, maxPendingBytes: 1024 * 1024 });
+    // the queue, 2,000 entries of 16 KiB cannot all wait, and the rest are dropped and counted
+    const writer = new JournalWriter({ socketPath: journal.socket, maxQueuedBytes: 1024 * 1024 });
     const tag = `bound-${Date.now()}`;
     const pad = 'p'.repeat(16 * 1024);
     journal.pause();
     try {
       for (let i = 0; i < 2000; i++)
         writer.write({ MESSAGE: `line ${i}`, SYSLOG_IDENTIFIER: tag, N: i, PAD: pad });
-      expect(writer.stats.pendingBytes).toBeLessThanOrEqual(1024 * 1024);
+      expect(writer.stats.queuedBytes).toBeLessThanOrEqual(1024 * 1024);
     } finally {
       journal.resume();
     }
