@@ -6,12 +6,16 @@ import { TopologyError } from '../adapter/topology.js';
 import { runAdapter } from './adapter.js';
 import { runEmergency } from './emergency.js';
 import { SettingsError } from './settings.js';
+import { runSidecar } from './sidecar.js';
+import { runWaitReady } from './wait-ready.js';
 import { runWatch } from './watch.js';
 
 const USAGE = `usage: agent-gateway <command> [flags]
 
 commands:
   adapter     run the central adapter (AGW_TOPOLOGY or --topology is required)
+  sidecar     run the per-agent gateway sidecar (AGW_ADAPTER_URL, AGW_AGENT_ID, AGW_AGENT_TOKEN)
+  wait-ready  --url URL [--timeout S]: exit 0 once URL answers 2xx, 1 at the timeout
   emergency   --reason R MESSAGE: one priority=CRIT journald entry, bypassing the adapter
   watch       [--namespace NS] [--since T] [--forward URL]: follow the gateway's CRIT entries
 
@@ -23,6 +27,8 @@ const COMMANDS: Record<
 > = {
   adapter: runAdapter,
   emergency: runEmergency,
+  sidecar: runSidecar,
+  'wait-ready': (argv) => runWaitReady(argv),
   watch: runWatch,
 };
 

@@ -42,6 +42,9 @@ export const KNOWN_ENV = new Set([
   'AGW_OUTBOX',
   'AGW_OUTBOX_CAPACITY',
   'AGW_STARTUP_ALARM_S',
+  'AGW_SHUTDOWN_GRACE_MS',
+  'AGW_BREAKER_BASE_MS',
+  'AGW_BREAKER_MAX_MS',
 ]);
 
 export function flagFor(env: string): string {
@@ -52,7 +55,7 @@ export function flagFor(env: string): string {
  * Reads `specs` from env and argv and parses them with `schema`. Returns the frozen settings
  * and the positional arguments.
  */
-export function readSettings<S extends z.ZodObject>(
+export function readSettings<S extends z.ZodType<unknown, Record<string, string>>>(
   specs: Record<string, SettingSpec>,
   schema: S,
   argv: readonly string[],

@@ -30,6 +30,8 @@ export const ERRORS = {
   idempotency_conflict: { status: 409, retryable: false },
   payload_too_large: { status: 413, retryable: false },
   overloaded: { status: 503, retryable: true },
+  outbox_full: { status: 503, retryable: true },
+  adapter_unreachable: { status: 503, retryable: true },
   not_ready: { status: 503, retryable: true },
   shutting_down: { status: 503, retryable: true },
   storage_error: { status: 503, retryable: true },

@@ -177,3 +177,47 @@ export const SQL = {
   pruneDeliveries: 'DELETE FROM deliveries WHERE message = ?',
   pruneMessage: 'DELETE FROM messages WHERE id = ?',
 } as const;
+
+/** The sidecar's own file (AGW_OUTBOX): its outbox, local dead letters and breaker state. */
+export const SIDECAR_MIGRATIONS: readonly string[] = [
+  `
+  -- Messages the agent handed over that the adapter has not acknowledged yet, in the order they
+  -- were accepted (seq). The key is unique: a repeat of a queued message is not queued twice.
+  CREATE TABLE outbox (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    idempotency_key TEXT    NOT NULL UNIQUE,
+    body            TEXT    NOT NULL,
+    queued_at       INTEGER NOT NULL
+  );
+  -- Queued messages the adapter refused for good while draining (a 403 after a topology change).
+  CREATE TABLE local_dead_letters (
+    id              INTEGER PRIMARY KEY,
+    idempotency_key TEXT    NOT NULL,
+    body            TEXT    NOT NULL,
+    status          INTEGER NOT NULL,
+    answer          TEXT    NOT NULL,
+    created_at      INTEGER NOT NULL
+  );
+  CREATE TABLE state (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+  ) WITHOUT ROWID;
+  `,
+];
+
+export const SIDECAR_SQL = {
+  enqueue: `
+    INSERT INTO outbox (idempotency_key, body, queued_at) VALUES (?, ?, ?)
+    ON CONFLICT (idempotency_key) DO NOTHING`,
+  depth: 'SELECT count(*) FROM outbox',
+  peek: 'SELECT seq, idempotency_key, body FROM outbox ORDER BY seq LIMIT ?',
+  remove: 'DELETE FROM outbox WHERE seq = ?',
+  deadLetter: `
+    INSERT INTO local_dead_letters (idempotency_key, body, status, answer, created_at)
+    VALUES (?, ?, ?, ?, ?)`,
+  deadLetterCount: 'SELECT count(*) FROM local_dead_letters',
+  getState: 'SELECT value FROM state WHERE key = ?',
+  setState: `
+    INSERT INTO state (key, value) VALUES (?, ?)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+} as const;

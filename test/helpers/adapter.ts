@@ -99,16 +99,18 @@ export function spawnAdapter(
       lines.push(line);
       const entry = JSON.parse(line) as { msg?: string; url?: string };
       if (entry.msg?.startsWith('adapter ready') && entry.url) {
+        clearTimeout(timer);
         resolve({ child, pid: child.pid!, url: entry.url, exited, lines });
       }
     });
     exited.then(({ code, signal }) =>
       reject(new Error(`adapter exited (${code ?? signal}) before ready:\n${lines.join('\n')}`)),
     );
-    setTimeout(() => {
+    const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`adapter not ready within 15 s:\n${lines.join('\n')}`));
-    }, 15_000).unref();
+    }, 15_000);
+    exited.then(() => clearTimeout(timer));
   });
 }
 
@@ -155,4 +157,44 @@ export async function call(
     body = JSON.parse(text);
   } catch {}
   return { status: res.status, body, headers: res.headers };
+}
+
+export interface ChildSidecar {
+  child: ChildProcess;
+  url: string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  lines: string[];
+}
+
+/** Starts `agent-gateway sidecar` for an agent as a child process; resolves once it listens. */
+export function spawnSidecar(env: Record<string, string>): Promise<ChildSidecar> {
+  const child = spawn(process.execPath, [CLI, 'sidecar', '--listen', '127.0.0.1:0'], {
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  child.stderr!.on('data', (d: Buffer) => lines.push(d.toString()));
+  return new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      lines.push(line);
+      const entry = JSON.parse(line) as { msg?: string; url?: string };
+      if (entry.msg?.includes('listening on') && entry.url) {
+        clearTimeout(timer);
+        resolve({ child, url: entry.url, exited, lines });
+      }
+    });
+    exited.then(({ code, signal }) =>
+      reject(
+        new Error(`sidecar exited (${code ?? signal}) before listening:\n${lines.join('\n')}`),
+      ),
+    );
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`sidecar not listening within 15 s:\n${lines.join('\n')}`));
+    }, 15_000);
+    exited.then(() => clearTimeout(timer));
+  });
 }

@@ -1,0 +1,73 @@
+/**
+ * `agent-gateway sidecar`: reads the settings, starts the sidecar, stops it on SIGTERM or
+ * SIGINT (one last drain within AGW_SHUTDOWN_GRACE_MS; the rest stays in the outbox).
+ */
+import { Emergencies } from '../journald/emergency.js';
+import { JournalWriter } from '../journald/writer.js';
+import { createLogger } from '../log.js';
+import { startSidecar } from '../sidecar/server.js';
+import { SIDECAR_SETTINGS, SidecarSettingsSchema } from '../sidecar/settings.js';
+import { readSettings, SettingsError } from './settings.js';
+
+export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const { settings, positionals } = readSettings(
+    SIDECAR_SETTINGS,
+    SidecarSettingsSchema,
+    argv,
+    env,
+  );
+  if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
+  const journal = new JournalWriter({ socketPath: settings.journalSocket });
+  const logger = createLogger(
+    'agent-gateway-sidecar',
+    settings.logLevel,
+    settings.log === 'journald' ? journal : undefined,
+  );
+  const emergencies = new Emergencies(journal, {
+    agentId: settings.agentId,
+    pod: env.POD_NAME,
+    namespace: env.POD_NAMESPACE,
+  });
+  let sidecar: Awaited<ReturnType<typeof startSidecar>>;
+  try {
+    sidecar = await startSidecar({
+      settings,
+      logger,
+      emergencies,
+      breaker: { baseMs: settings.breakerBaseMs, maxMs: settings.breakerMaxMs },
+    });
+  } catch (err) {
+    logger.fatal({ err }, `sidecar cannot start: ${(err as Error).message}`);
+    journal.close();
+    return 1;
+  }
+  logger.info(
+    {
+      url: sidecar.url,
+      agent: settings.agentId,
+      adapter: settings.adapterUrl,
+      outbox: settings.outbox,
+    },
+    `sidecar for ${settings.agentId} listening on ${sidecar.url}`,
+  );
+  sidecar.gateOpen.then(() =>
+    logger.info({ url: sidecar.url }, 'sidecar ready: the adapter answered /health'),
+  );
+  const code = await new Promise<number>((resolve) => {
+    const stop = (signal: string) => {
+      logger.info({ signal, queued: sidecar.outbox.depth }, 'sidecar stopping');
+      sidecar.close().then(
+        () => resolve(0),
+        (err: unknown) => {
+          logger.error({ err }, 'sidecar did not stop cleanly');
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  await journal.flush();
+  journal.close();
+  return code;
+}

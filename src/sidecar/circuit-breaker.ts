@@ -1,0 +1,136 @@
+/**
+ * The circuit breaker around every adapter call: opossum, with a reset timeout that grows
+ * exponentially with full jitter while half-open probes fail (base × 2^n, capped, times a
+ * uniform 0..1), back to the base on close. opossum 9 has no reset backoff of its own: we own
+ * the options object it reads, and change its resetTimeout from a listener that runs before
+ * opossum's own 'open' handler arms the timer (prependListener).
+ *
+ * The state and the backoff step are stored (seed 004: breaker state is stored state, not
+ * memory), so a restarted sidecar resumes an open breaker instead of hammering a down adapter.
+ */
+import CircuitBreaker from 'opossum';
+
+export type BreakerStateName = 'closed' | 'open' | 'half_open';
+
+export interface StoredBreaker {
+  readonly state: BreakerStateName;
+  /** Consecutive opens since the last close. */
+  readonly step: number;
+  /** When it last opened, ms since the epoch. */
+  readonly openedAt: number | null;
+  /** The reset timeout that open chose, ms. */
+  readonly resetMs: number;
+}
+
+export interface BreakerOptions {
+  /** First reset timeout, ms. Default 1,000. */
+  readonly baseMs?: number;
+  /** Cap of the reset timeout, ms. Default 60,000. */
+  readonly maxMs?: number;
+  /** Calls in the rolling window before the breaker may open. Default 5. */
+  readonly volumeThreshold?: number;
+  /** Failed share of calls that opens it. Default 50. */
+  readonly errorThresholdPercentage?: number;
+  /** Deadline of one call, ms. Default 10,000. */
+  readonly timeoutMs?: number;
+  /** Errors that are not the adapter's fault (a 4xx answer): they do not count. */
+  readonly isFailure?: (err: unknown) => boolean;
+  readonly random?: () => number;
+  readonly load?: () => StoredBreaker | undefined;
+  readonly save?: (s: StoredBreaker) => void;
+  readonly onTransition?: (s: StoredBreaker) => void;
+}
+
+export class AdapterBreaker {
+  readonly #breaker: CircuitBreaker<[() => Promise<unknown>], unknown>;
+  readonly #options: CircuitBreaker.Options;
+  readonly #baseMs: number;
+  readonly #maxMs: number;
+  readonly #random: () => number;
+  readonly #save: ((s: StoredBreaker) => void) | undefined;
+  readonly #onTransition: ((s: StoredBreaker) => void) | undefined;
+  #step: number;
+  #openedAt: number | null;
+
+  constructor(opts: BreakerOptions = {}) {
+    this.#baseMs = opts.baseMs ?? 1000;
+    this.#maxMs = opts.maxMs ?? 60_000;
+    this.#random = opts.random ?? Math.random;
+    this.#save = opts.save;
+    this.#onTransition = opts.onTransition;
+    const stored = opts.load?.();
+    this.#step = stored?.step ?? 0;
+    this.#openedAt = stored?.openedAt ?? null;
+    const isFailure = opts.isFailure ?? (() => true);
+    // Ours, not a caller's: opossum writes its defaults into it.
+    this.#options = <CircuitBreaker.Options>{
+      timeout: opts.timeoutMs ?? 10_000,
+      resetTimeout: stored?.state === 'open' ? stored.resetMs : this.#baseMs,
+      volumeThreshold: opts.volumeThreshold ?? 5,
+      errorThresholdPercentage: opts.errorThresholdPercentage ?? 50,
+      errorFilter: (err: unknown) => !isFailure(err),
+      ...(stored !== undefined && stored.state !== 'closed'
+        ? {
+            state: {
+              closed: false,
+              halfOpen: stored.state === 'half_open',
+              lastTimerAt: stored.openedAt ?? Date.now(),
+            },
+          }
+        : {}),
+    };
+    this.#breaker = new CircuitBreaker((fn: () => Promise<unknown>) => fn(), this.#options);
+    this.#breaker.prependListener('open', () => {
+      // full jitter over an exponentially growing cap: 1 s, 2 s, 4 s ... 60 s
+      const cap = Math.min(this.#maxMs, this.#baseMs * 2 ** this.#step);
+      this.#options.resetTimeout = Math.max(1, Math.round(cap * this.#random()));
+      this.#step++;
+      this.#openedAt = Date.now();
+      this.#changed();
+    });
+    this.#breaker.on('halfOpen', () => this.#changed());
+    this.#breaker.on('close', () => {
+      this.#step = 0;
+      this.#openedAt = null;
+      this.#options.resetTimeout = this.#baseMs;
+      this.#changed();
+    });
+  }
+
+  /** Runs fn through the breaker; rejects with an 'EOPENBREAKER' error while open. */
+  fire<T>(fn: () => Promise<T>): Promise<T> {
+    return this.#breaker.fire(fn) as Promise<T>;
+  }
+
+  get state(): BreakerStateName {
+    return this.#breaker.opened ? 'open' : this.#breaker.halfOpen ? 'half_open' : 'closed';
+  }
+
+  get snapshot(): StoredBreaker {
+    return {
+      state: this.state,
+      step: this.#step,
+      openedAt: this.#openedAt,
+      resetMs: Number(this.#options.resetTimeout),
+    };
+  }
+
+  /** Closes it now: a /health answer showed the adapter is back. */
+  close(): void {
+    if (this.state !== 'closed') this.#breaker.close();
+  }
+
+  shutdown(): void {
+    this.#breaker.shutdown();
+  }
+
+  #changed(): void {
+    const s = this.snapshot;
+    this.#save?.(s);
+    this.#onTransition?.(s);
+  }
+}
+
+export function isOpenBreakerError(err: unknown): boolean {
+  return (err as { code?: string } | null)?.code === 'EOPENBREAKER';
+}

@@ -1,0 +1,223 @@
+/**
+ * The sidecar's send path: forward to the adapter through the breaker when that can work,
+ * otherwise keep the message in the outbox; and the drain that empties the outbox, in order,
+ * once the adapter is back.
+ *
+ * A send goes into the outbox when the breaker is open, when the adapter fails retryably, or
+ * whenever the outbox is not empty, so that a message never overtakes one accepted before it.
+ * (Two sends in flight at once have no order between them; the order is that of acceptance.)
+ */
+import type { Logger } from 'pino';
+import { type AdapterClient, type AdapterResponse, isRetryable } from '../client/adapter-client.js';
+import type { Emergencies } from '../journald/emergency.js';
+import { GatewayError } from '../protocol/errors.js';
+import { uuidv7 } from '../protocol/ids.js';
+import type { AdapterBreaker } from './circuit-breaker.js';
+import type { Outbox, Queued } from './outbox.js';
+
+/** The adapter answered, but retryably (5xx, 429): counts as a failure for the breaker. */
+export class RetryableAnswer extends Error {
+  override name = 'RetryableAnswer';
+  constructor(readonly response: AdapterResponse) {
+    super(`the adapter answered ${response.status}`);
+  }
+}
+
+export type SendAnswer = { status: number; body: string | object; retryAfterS?: number };
+
+export interface ForwarderOptions {
+  readonly client: AdapterClient;
+  readonly breaker: AdapterBreaker;
+  readonly outbox: Outbox;
+  readonly emergencies: Emergencies;
+  readonly logger: Logger;
+  /** Backoff of the drain while the adapter is away: base and cap, ms. */
+  readonly retryBaseMs?: number;
+  readonly retryMaxMs?: number;
+  readonly random?: () => number;
+}
+
+/** Messages per drain request (the batch endpoint's most). */
+const DRAIN_BATCH = 100;
+
+export class Forwarder {
+  lastContact: number | null = null;
+  lastError: string | null = null;
+  readonly #o: ForwarderOptions;
+  #draining: Promise<void> | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #delayStep = 0;
+  #stopped = false;
+
+  constructor(opts: ForwarderOptions) {
+    this.#o = opts;
+  }
+
+  /** Sends one envelope (already checked); answers as CONTRACT.md's sidecar section says. */
+  async send(envelope: Record<string, unknown>): Promise<SendAnswer> {
+    const key = typeof envelope.idempotency_key === 'string' ? envelope.idempotency_key : uuidv7();
+    const body = JSON.stringify({ ...envelope, idempotency_key: key, sender: undefined });
+    const { outbox, breaker } = this.#o;
+    if (outbox.depth > 0 || breaker.state === 'open') return this.#queue(key, body);
+    let res: AdapterResponse;
+    try {
+      res = await this.#call('POST', '/v1/messages', body);
+    } catch (err) {
+      this.#noted(err);
+      return this.#queue(key, body);
+    }
+    return { status: res.status, body: delivered(res) };
+  }
+
+  /** Starts draining now if there is something to drain and no drain is running. */
+  kick(): void {
+    if (this.#stopped || this.#draining !== undefined || this.#o.outbox.depth === 0) return;
+    if (this.#timer !== undefined) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+    }
+    this.#draining = this.#drain().then(
+      (retryAfterS) => {
+        this.#draining = undefined;
+        if (retryAfterS !== undefined) this.#schedule(retryAfterS === 0 ? undefined : retryAfterS);
+      },
+      (err: unknown) => {
+        this.#draining = undefined;
+        this.#o.logger.error({ err }, 'drain failed');
+        this.#schedule();
+      },
+    );
+  }
+
+  /** Waits for the drain in progress (shutdown: one last try). */
+  async settled(): Promise<void> {
+    await this.#draining;
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+  }
+
+  /** One adapter call through the breaker; a retryable answer is thrown (and counted). */
+  async #call(method: 'GET' | 'POST', path: string, body?: string): Promise<AdapterResponse> {
+    const res = await this.#o.breaker.fire(async () => {
+      const r = await this.#o.client.request(method, path, body);
+      if (isRetryable(r.status)) throw new RetryableAnswer(r);
+      return r;
+    });
+    this.lastContact = Date.now();
+    this.kick(); // any success shows the adapter is back
+    return res;
+  }
+
+  #queue(key: string, body: string): SendAnswer {
+    const { outbox, emergencies } = this.#o;
+    if (!outbox.enqueue(key, body)) {
+      emergencies.raise({
+        reason: 'outbox_full',
+        message: `the outbox is full (${outbox.capacity}); new messages are refused until the adapter is back`,
+        fields: { AGW_OUTBOX_DEPTH: outbox.depth },
+      });
+      const err = new GatewayError(
+        'outbox_full',
+        `the outbox holds ${outbox.depth} messages, its bound; this one was not taken`,
+        { retryAfterS: 5 },
+      );
+      return { status: err.status, body: err.toJSON(), retryAfterS: 5 };
+    }
+    this.#schedule();
+    return {
+      status: 202,
+      body: { status: 'queued', idempotency_key: key, outbox_depth: outbox.depth },
+    };
+  }
+
+  /**
+   * Sends the outbox in order, 100 at a time, until it is empty or the adapter fails. Resolves
+   * with undefined when done, else when to try again: 0 for the backoff, n for Retry-After n s.
+   */
+  async #drain(): Promise<number | undefined> {
+    const { outbox, client, logger, emergencies } = this.#o;
+    while (!this.#stopped && outbox.depth > 0) {
+      if (this.#o.breaker.state === 'open' && !(await client.health())) return 0;
+      const batch = outbox.peek(DRAIN_BATCH);
+      let res: AdapterResponse;
+      try {
+        res = await this.#call(
+          'POST',
+          '/v1/messages/batch',
+          `{"messages":[${batch.map((q) => q.body).join(',')}]}`,
+        );
+      } catch (err) {
+        this.#noted(err);
+        return err instanceof RetryableAnswer ? (err.response.retryAfterS ?? 0) : 0;
+      }
+      if (res.status !== 200) {
+        // the batch as a whole refused: not a retryable answer (those were thrown), so it is a
+        // bug on one side; keep everything and say so
+        this.lastError = `drain refused: ${res.status} ${res.body.slice(0, 200)}`;
+        logger.error(
+          { status: res.status, body: res.body.slice(0, 500) },
+          'the adapter refused a drain batch',
+        );
+        return 0;
+      }
+      const { results } = JSON.parse(res.body) as { results: { status: number }[] };
+      const delivered: number[] = [];
+      const refused: { q: Queued; status: number; answer: string }[] = [];
+      let stopAt = -1;
+      for (let i = 0; i < batch.length; i++) {
+        const r = results[i];
+        const q = batch[i]!;
+        if (r === undefined || isRetryable(r.status)) {
+          stopAt = i; // keep this one and the rest, in order, for the next try
+          break;
+        }
+        if (r.status === 200 || r.status === 201) delivered.push(q.seq);
+        else refused.push({ q, status: r.status, answer: JSON.stringify(r) });
+      }
+      outbox.settle(delivered, refused);
+      for (const r of refused) {
+        logger.error(
+          { key: r.q.idempotency_key, status: r.status },
+          'the adapter refused a queued message for good',
+        );
+        emergencies.raise({
+          reason: 'dead_letter',
+          message: `a queued message was refused by the adapter (${r.status}) and moved to the local dead letters`,
+          fields: { AGW_IDEMPOTENCY_KEY: r.q.idempotency_key, AGW_STATUS: r.status },
+        });
+      }
+      if (stopAt >= 0) return 0;
+      this.#delayStep = 0;
+    }
+    return undefined;
+  }
+
+  /** Tries the drain again after a backoff (exponential, full jitter, capped), or Retry-After. */
+  #schedule(retryAfterS?: number): void {
+    if (this.#stopped || this.#timer !== undefined || this.#draining !== undefined) return;
+    const base = this.#o.retryBaseMs ?? 1000;
+    const cap = Math.min(this.#o.retryMaxMs ?? 60_000, base * 2 ** this.#delayStep);
+    this.#delayStep = Math.min(this.#delayStep + 1, 30);
+    const wait =
+      retryAfterS !== undefined
+        ? retryAfterS * 1000
+        : Math.max(50, cap * (this.#o.random ?? Math.random)());
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.kick();
+    }, wait);
+  }
+
+  #noted(err: unknown): void {
+    this.lastError = err instanceof Error ? err.message : String(err);
+  }
+}
+
+/** The agent's answer for an adapter answer: 201/200 become "delivered", others pass as they are. */
+function delivered(res: AdapterResponse): string {
+  if (res.status !== 201 && res.status !== 200) return res.body;
+  return `{"status":"delivered",${res.body.slice(1)}`;
+}

@@ -1,0 +1,80 @@
+/**
+ * The sidecar's settings (CONTRACT.md, "Sidecar settings"), each with its AGW_* variable.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { intSetting, listenSetting, type SettingSpec } from '../cli/settings.js';
+
+export const SIDECAR_SETTINGS = {
+  /** Where the sidecar listens. Default 127.0.0.1:7070: loopback, the pod is the trust boundary. */
+  listen: { env: 'AGW_LISTEN', default: '127.0.0.1:7070' },
+  /** The adapter's base URL. Required. */
+  adapterUrl: { env: 'AGW_ADAPTER_URL' },
+  /** The agent this sidecar speaks for. Required. */
+  agentId: { env: 'AGW_AGENT_ID' },
+  /** The agent's bearer token, or a file holding it (one of the two is required). */
+  agentToken: { env: 'AGW_AGENT_TOKEN' },
+  agentTokenFile: { env: 'AGW_AGENT_TOKEN_FILE' },
+  /** The outbox file. Default ./data/outbox.db. */
+  outbox: { env: 'AGW_OUTBOX', default: './data/outbox.db' },
+  /** Messages the outbox holds. Default 1000. */
+  outboxCapacity: { env: 'AGW_OUTBOX_CAPACITY', default: '1000' },
+  /** Seconds without the adapter at start before a CRIT adapter_unreachable. Default 60. */
+  startupAlarmS: { env: 'AGW_STARTUP_ALARM_S', default: '60' },
+  /** How long SIGTERM waits for a last drain, ms. Default 5000. */
+  shutdownGraceMs: { env: 'AGW_SHUTDOWN_GRACE_MS', default: '5000' },
+  /** Breaker reset timeout and drain retry: first value and cap, ms. Defaults 1000 and 60000. */
+  breakerBaseMs: { env: 'AGW_BREAKER_BASE_MS', default: '1000' },
+  breakerMaxMs: { env: 'AGW_BREAKER_MAX_MS', default: '60000' },
+  journalSocket: { env: 'AGW_JOURNAL_SOCKET', default: '/run/systemd/journal/socket' },
+  log: { env: 'AGW_LOG', default: 'stdout' },
+  logLevel: { env: 'AGW_LOG_LEVEL', default: 'info' },
+} as const satisfies Record<string, SettingSpec>;
+
+export const SidecarSettingsSchema = z
+  .strictObject({
+    listen: listenSetting,
+    adapterUrl: z
+      .string({ error: 'is required: the base URL of the adapter' })
+      .regex(/^https?:\/\/[^/]+/, 'must be an http:// or https:// URL'),
+    agentId: z.string({ error: 'is required: the agent this sidecar speaks for' }).min(1),
+    agentToken: z.string().min(1).optional(),
+    agentTokenFile: z.string().min(1).optional(),
+    outbox: z.string().min(1, 'must not be empty'),
+    outboxCapacity: intSetting(1, 1_000_000),
+    startupAlarmS: intSetting(1, 86_400),
+    shutdownGraceMs: intSetting(0, 600_000),
+    breakerBaseMs: intSetting(10, 3_600_000),
+    breakerMaxMs: intSetting(10, 3_600_000),
+    journalSocket: z.string().min(1),
+    log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+      error: 'must be one of fatal, error, warn, info, debug, trace, silent',
+    }),
+  })
+  .transform((s, ctx) => {
+    let token = s.agentToken;
+    if (token === undefined && s.agentTokenFile !== undefined) {
+      try {
+        token = readFileSync(s.agentTokenFile, 'utf8').trim();
+      } catch (err) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['agentTokenFile'],
+          message: `cannot read: ${(err as Error).message}`,
+        });
+        return z.NEVER;
+      }
+    }
+    if (token === undefined || token === '') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['agentToken'],
+        message: 'is required (or AGW_AGENT_TOKEN_FILE)',
+      });
+      return z.NEVER;
+    }
+    return { ...s, agentToken: token };
+  });
+
+export type SidecarSettings = z.output<typeof SidecarSettingsSchema>;

@@ -1,0 +1,233 @@
+/**
+ * The sidecar with real processes: an adapter that dies and comes back, a sidecar that is
+ * SIGKILLed with a full outbox, a bounded outbox that refuses and raises a CRIT entry, and a
+ * permanent error that is passed back and never queued.
+ */
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EMERGENCY_MESSAGE_ID } from '../../src/journald/emergency.js';
+import {
+  type ChildAdapter,
+  type ChildSidecar,
+  call,
+  type Json,
+  spawnAdapter,
+  spawnSidecar,
+} from '../helpers/adapter.js';
+import { startJournal, type TestJournal } from '../helpers/journald.js';
+import { tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
+
+let journal: TestJournal;
+const { dir, cleanup } = tempDir('agw-sidecar-');
+const topology = writeTopology(dir);
+beforeAll(async () => {
+  journal = await startJournal();
+});
+afterAll(async () => {
+  await journal?.destroy();
+  cleanup();
+});
+
+const running: (ChildAdapter | ChildSidecar)[] = [];
+afterAll(async () => {
+  for (const p of running) if (p.child.exitCode === null) p.child.kill('SIGKILL');
+});
+
+async function adapterOn(db: string, port = 0): Promise<ChildAdapter> {
+  // a queue bound above what these tests pile up for qa, who reads only at the end
+  const args = [
+    '--topology',
+    topology,
+    '--db',
+    db,
+    '--listen',
+    `127.0.0.1:${port}`,
+    '--queue-capacity',
+    '5000',
+  ];
+  const a = await spawnAdapter(args);
+  running.push(a);
+  return a;
+}
+async function sidecarFor(
+  agent: string,
+  adapterUrl: string,
+  extra: Record<string, string> = {},
+): Promise<ChildSidecar> {
+  const s = await spawnSidecar({
+    AGW_ADAPTER_URL: adapterUrl,
+    AGW_AGENT_ID: agent,
+    AGW_AGENT_TOKEN: tokenOf(agent),
+    AGW_OUTBOX: join(dir, `outbox-${agent}-${randomUUID()}.db`),
+    AGW_BREAKER_BASE_MS: '50',
+    AGW_BREAKER_MAX_MS: '400',
+    AGW_JOURNAL_SOCKET: journal.socket,
+    ...extra,
+  });
+  running.push(s);
+  return s;
+}
+const portOf = (url: string) => Number(new URL(url).port);
+const send = (sidecar: string, n: number, to = '@qa') =>
+  call(sidecar, 'POST', '/v1/messages', { body: { to, kind: 'status', payload: { n } } });
+async function until(check: () => Promise<boolean>, what: string, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+/** Everything qa can take from the adapter, acked as it goes. */
+async function drainInbox(adapterUrl: string, agent = 'qa'): Promise<Json[]> {
+  const all: Json[] = [];
+  for (;;) {
+    const got = (await call(adapterUrl, 'GET', '/v1/inbox?max=100', { agent })).body
+      .deliveries as Json[];
+    if (got.length === 0) return all;
+    all.push(...got);
+    await call(adapterUrl, 'POST', '/v1/acks', {
+      agent,
+      body: { delivery_ids: got.map((d) => d.delivery_id) },
+    });
+  }
+}
+
+describe('the sidecar', () => {
+  it('absorbs an adapter outage: 300 sends answer 202, then reach the recipient once each, in order', {
+    timeout: 60_000,
+  }, async () => {
+    const db = join(dir, `outage-${randomUUID()}.db`);
+    let adapter = await adapterOn(db);
+    const port = portOf(adapter.url);
+    const sidecar = await sidecarFor('pm', adapter.url);
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
+      'the start gate',
+    );
+    const first = await send(sidecar.url, -1);
+    expect(first.status).toBe(201);
+    expect(first.body.status).toBe('delivered');
+
+    adapter.child.kill('SIGKILL');
+    await adapter.exited;
+    for (let n = 0; n < 300; n++) {
+      const res = await send(sidecar.url, n);
+      expect(res.status, JSON.stringify(res.body)).toBe(202);
+      expect(res.body).toMatchObject({ status: 'queued', outbox_depth: n + 1 });
+    }
+    expect((await call(sidecar.url, 'GET', '/readyz')).status).toBe(200); // stays open: the outbox covers it
+
+    adapter = await adapterOn(db, port);
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth === 0,
+      'the drain',
+    );
+    const got = await drainInbox(adapter.url);
+    expect(got.map((d) => d.message.payload.n)).toEqual([
+      -1,
+      ...Array.from({ length: 300 }, (_, i) => i),
+    ]);
+    const status = (await call(sidecar.url, 'GET', '/v1/status')).body;
+    expect(status).toMatchObject({ ready: true, outbox: { depth: 0, dead_letters: 0 } });
+    sidecar.child.kill('SIGTERM');
+    expect((await sidecar.exited).code).toBe(0);
+    adapter.child.kill('SIGTERM');
+    await adapter.exited;
+  });
+
+  it('a full outbox answers 503 outbox_full, keeps what it took, and raises a CRIT entry', {
+    timeout: 60_000,
+  }, async () => {
+    const db = join(dir, `full-${randomUUID()}.db`);
+    let adapter = await adapterOn(db);
+    const port = portOf(adapter.url);
+    const sidecar = await sidecarFor('pm', adapter.url, { AGW_OUTBOX_CAPACITY: '5' });
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
+      'the start gate',
+    );
+    adapter.child.kill('SIGKILL');
+    await adapter.exited;
+    for (let n = 0; n < 5; n++) expect((await send(sidecar.url, n)).status).toBe(202);
+    const refused = await send(sidecar.url, 5);
+    expect(refused.status).toBe(503);
+    expect(refused.body.error).toBe('outbox_full');
+    expect(refused.headers.get('retry-after')).toBe('5');
+    await until(
+      async () =>
+        journal.read(`MESSAGE_ID=${EMERGENCY_MESSAGE_ID}`, 'AGW_REASON=outbox_full').length > 0,
+      'the CRIT entry',
+    );
+    const [crit] = journal.read(`MESSAGE_ID=${EMERGENCY_MESSAGE_ID}`, 'AGW_REASON=outbox_full');
+    expect(crit).toMatchObject({ PRIORITY: '2', AGW_AGENT_ID: 'pm' });
+
+    adapter = await adapterOn(db, port);
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth === 0,
+      'the drain',
+    );
+    expect((await drainInbox(adapter.url)).map((d) => d.message.payload.n)).toEqual([
+      0, 1, 2, 3, 4,
+    ]);
+    sidecar.child.kill('SIGTERM');
+    adapter.child.kill('SIGTERM');
+    await Promise.all([sidecar.exited, adapter.exited]);
+  });
+
+  it('after SIGKILL with 1,000 queued, a restarted sidecar delivers them all once', {
+    timeout: 90_000,
+  }, async () => {
+    const db = join(dir, `kill-${randomUUID()}.db`);
+    const outbox = join(dir, `outbox-kill-${randomUUID()}.db`);
+    let adapter = await adapterOn(db);
+    const port = portOf(adapter.url);
+    let sidecar = await sidecarFor('pm', adapter.url, { AGW_OUTBOX: outbox });
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
+      'the start gate',
+    );
+    adapter.child.kill('SIGKILL');
+    await adapter.exited;
+    for (let n = 0; n < 1000; n += 50) {
+      const answers = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => send(sidecar.url, n + i)),
+      );
+      for (const a of answers) expect(a.status).toBe(202);
+    }
+    sidecar.child.kill('SIGKILL');
+    await sidecar.exited;
+
+    adapter = await adapterOn(db, port);
+    sidecar = await sidecarFor('pm', adapter.url, { AGW_OUTBOX: outbox });
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth === 0,
+      'the drain',
+    );
+    const got = (await drainInbox(adapter.url)).map((d) => d.message.payload.n as number);
+    expect(got).toHaveLength(1000);
+    expect(new Set(got).size).toBe(1000);
+    sidecar.child.kill('SIGTERM');
+    adapter.child.kill('SIGTERM');
+    await Promise.all([sidecar.exited, adapter.exited]);
+  });
+
+  it('passes a permanent error back and queues nothing', { timeout: 30_000 }, async () => {
+    const adapter = await adapterOn(join(dir, `perm-${randomUUID()}.db`));
+    const sidecar = await sidecarFor('pm', adapter.url);
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
+      'the start gate',
+    );
+    const res = await send(sidecar.url, 1, 'platform'); // pm is not a member
+    expect(res.status).toBe(403);
+    expect(res.body.error).toBe('not_member');
+    const bad = await call(sidecar.url, 'POST', '/v1/messages', { body: { to: '@qa' } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.field).toBe('kind');
+    expect((await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth).toBe(0);
+    sidecar.child.kill('SIGTERM');
+    adapter.child.kill('SIGTERM');
+    await Promise.all([sidecar.exited, adapter.exited]);
+  });
+});
