@@ -35,6 +35,8 @@ export interface ForwarderOptions {
   readonly retryBaseMs?: number;
   readonly retryMaxMs?: number;
   readonly random?: () => number;
+  /** Each acknowledged send's channel and number (the inbox counts them as handed over). */
+  readonly onAssigned?: (channel: string, seq: number) => void;
 }
 
 /** Messages per drain request (the batch endpoint's most). */
@@ -66,7 +68,14 @@ export class Forwarder {
       this.#noted(err);
       return this.#queue(key, body);
     }
+    if (res.status === 201 || res.status === 200) this.#assigned(JSON.parse(res.body));
     return { status: res.status, body: delivered(res) };
+  }
+
+  #assigned(ack: { channel?: unknown; channel_sequence_id?: unknown }): void {
+    if (typeof ack.channel === 'string' && typeof ack.channel_sequence_id === 'number') {
+      this.#o.onAssigned?.(ack.channel, ack.channel_sequence_id);
+    }
   }
 
   /** Starts draining now if there is something to drain and no drain is running. */
@@ -163,7 +172,9 @@ export class Forwarder {
         );
         return 0;
       }
-      const { results } = JSON.parse(res.body) as { results: { status: number }[] };
+      const { results } = JSON.parse(res.body) as {
+        results: { status: number; channel?: string; channel_sequence_id?: number }[];
+      };
       const delivered: number[] = [];
       const refused: { q: Queued; status: number; answer: string }[] = [];
       let stopAt = -1;
@@ -174,8 +185,10 @@ export class Forwarder {
           stopAt = i; // keep this one and the rest, in order, for the next try
           break;
         }
-        if (r.status === 200 || r.status === 201) delivered.push(q.seq);
-        else refused.push({ q, status: r.status, answer: JSON.stringify(r) });
+        if (r.status === 200 || r.status === 201) {
+          delivered.push(q.seq);
+          this.#assigned(r);
+        } else refused.push({ q, status: r.status, answer: JSON.stringify(r) });
       }
       outbox.settle(delivered, refused);
       for (const r of refused) {

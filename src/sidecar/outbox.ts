@@ -2,7 +2,7 @@
  * The sidecar's durable, bounded outbox (AGW_OUTBOX, SQLite): what the agent handed over while
  * the adapter could not take it, in acceptance order. A message is in the file before the agent
  * hears 202, and leaves it only after the adapter's 201 or 200 (or, refused for good, into the
- * local dead letters). Same file: the breaker's stored state.
+ * local dead letters). Same file: the breaker's stored state and the inbox's memory.
  */
 import Database from 'better-sqlite3';
 import { SIDECAR_MIGRATIONS, SIDECAR_SQL } from '../store/sql.js';
@@ -97,6 +97,11 @@ export class Outbox {
 
   setState(key: string, value: unknown): void {
     this.#s.setState.run(key, JSON.stringify(value));
+  }
+
+  /** The connection, for the inbox's memory, which lives in the same file. */
+  get database(): Database.Database {
+    return this.#db;
   }
 
   close(): void {

@@ -19,6 +19,7 @@ import { expectMethod, parseJson, readBody, sendError, sendJson } from '../proto
 import { uuidv7 } from '../protocol/ids.js';
 import { AdapterBreaker, type StoredBreaker } from './circuit-breaker.js';
 import { Forwarder } from './forwarder.js';
+import { Inbox } from './inbox.js';
 import { Outbox } from './outbox.js';
 import type { SidecarSettings } from './settings.js';
 
@@ -47,6 +48,21 @@ const EmergencyBody = z.strictObject({
 });
 const PROXY_GET = /^\/v1\/(inbox|channels\/[^/]+\/messages)$/;
 const PROXY_POST = new Set(['/v1/acks', '/v1/nacks', '/v1/heartbeat']);
+const IdsBody = z.strictObject({ delivery_ids: z.array(z.int()).min(1).max(1000) });
+
+function deliveryIds(body: string | undefined): number[] {
+  const parsed = IdsBody.safeParse(parseJson(Buffer.from(body ?? '')));
+  if (!parsed.success) {
+    throw new GatewayError(
+      'invalid_request',
+      'delivery_ids: must be an array of 1 to 1000 delivery ids',
+      {
+        field: 'delivery_ids',
+      },
+    );
+  }
+  return parsed.data.delivery_ids;
+}
 
 export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const { settings, logger, emergencies } = opts;
@@ -67,12 +83,14 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       }
     },
   });
+  const inbox = new Inbox(outbox.database, settings.agentId, client);
   const forwarder = new Forwarder({
     client,
     breaker,
     outbox,
     emergencies,
     logger,
+    onAssigned: (channel, seq) => inbox.sent(channel, seq),
     retryBaseMs: opts.breaker?.baseMs,
     retryMaxMs: opts.breaker?.maxMs,
   });
@@ -134,6 +152,25 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       this.set(outbox.deadLetters);
     },
   });
+
+  const proxy = async (
+    method: 'GET' | 'POST',
+    url: string,
+    body: string | undefined,
+    wait: number,
+  ) => {
+    try {
+      const timeout = (Number.isFinite(wait) ? Math.min(Math.max(wait, 0), 30) : 0) * 1000 + 10_000;
+      const answer = await client.request(method, url, body, timeout);
+      forwarder.lastContact = Date.now();
+      return answer;
+    } catch (err) {
+      forwarder.lastError = (err as Error).message;
+      throw new GatewayError('adapter_unreachable', 'the adapter cannot be reached; retry later', {
+        retryAfterS: 2,
+      });
+    }
+  };
 
   let closing = false;
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -215,25 +252,40 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       (req.method === 'POST' && PROXY_POST.has(path))
     ) {
       const wait = Number(new URLSearchParams(q < 0 ? '' : url.slice(q + 1)).get('wait') ?? 0);
-      const body =
+      let body =
         req.method === 'POST' ? (await readBody(req, MAX_BODY)).toString('utf8') : undefined;
-      let answer: Awaited<ReturnType<AdapterClient['request']>>;
-      try {
-        const timeout =
-          (Number.isFinite(wait) ? Math.min(Math.max(wait, 0), 30) : 0) * 1000 + 10_000;
-        answer = await client.request(req.method as 'GET' | 'POST', url, body, timeout);
-      } catch (err) {
-        forwarder.lastError = (err as Error).message;
-        throw new GatewayError(
-          'adapter_unreachable',
-          'the adapter cannot be reached; retry later',
-          { retryAfterS: 2 },
-        );
+      let local: number[] = [];
+      if (path === '/v1/acks' || path === '/v1/nacks') {
+        const ids = deliveryIds(body);
+        const split =
+          path === '/v1/acks'
+            ? inbox.acked(ids)
+            : { upstream: ids.filter((id) => id > 0), local: ids.filter((id) => id < 0) };
+        local = split.local;
+        if (split.upstream.length === 0) {
+          // only the sidecar's own replayed copies: nothing for the adapter to hear
+          return sendJson(
+            res,
+            200,
+            path === '/v1/acks'
+              ? { acked: local, dead_lettered: [], unknown: [] }
+              : { nacked: [], ignored: local, unknown: [] },
+          );
+        }
+        body = JSON.stringify({ delivery_ids: split.upstream });
       }
-      forwarder.lastContact = Date.now();
+      const answer = await proxy(req.method as 'GET' | 'POST', url, body, wait);
+      let text = answer.body;
+      if (answer.status === 200 && path === '/v1/inbox') text = await inbox.repair(text);
+      if (answer.status === 200 && local.length > 0) {
+        const merged = JSON.parse(text) as Record<string, number[]>;
+        if (path === '/v1/acks') merged.acked = [...(merged.acked ?? []), ...local];
+        else merged.ignored = [...(merged.ignored ?? []), ...local];
+        text = JSON.stringify(merged);
+      }
       if (answer.retryAfterS !== undefined)
         res.setHeader('retry-after', String(answer.retryAfterS));
-      return sendJson(res, answer.status, answer.body);
+      return sendJson(res, answer.status, text);
     }
     throw new GatewayError('not_found', `no endpoint ${req.method} ${path}`);
   };

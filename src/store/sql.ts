@@ -202,6 +202,22 @@ export const SIDECAR_MIGRATIONS: readonly string[] = [
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
   ) WITHOUT ROWID;
+  -- Inbox repair: the last channel_sequence_id handed to the agent per channel; the messages
+  -- the agent acked through the sidecar (their redeliveries are acked upstream, not handed
+  -- over again); deliveries the sidecar made itself from a replay (negative ids to the agent).
+  CREATE TABLE handed (
+    channel  TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  CREATE TABLE acked (
+    message_id TEXT PRIMARY KEY,
+    acked_at   INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  CREATE INDEX acked_by_time ON acked (acked_at);
+  CREATE TABLE local_deliveries (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id TEXT NOT NULL
+  );
   `,
 ];
 
@@ -217,6 +233,15 @@ export const SIDECAR_SQL = {
     VALUES (?, ?, ?, ?, ?)`,
   deadLetterCount: 'SELECT count(*) FROM local_dead_letters',
   getState: 'SELECT value FROM state WHERE key = ?',
+  handedSeq: 'SELECT last_seq FROM handed WHERE channel = ?',
+  setHanded: `
+    INSERT INTO handed (channel, last_seq) VALUES (?, ?)
+    ON CONFLICT (channel) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)`,
+  isAcked: 'SELECT 1 FROM acked WHERE message_id = ?',
+  markAcked: 'INSERT INTO acked (message_id, acked_at) VALUES (?, ?) ON CONFLICT DO NOTHING',
+  pruneAcked: 'DELETE FROM acked WHERE acked_at < ?',
+  localDelivery: 'INSERT INTO local_deliveries (message_id) VALUES (?) RETURNING id',
+  localDeliveryMessage: 'SELECT message_id FROM local_deliveries WHERE id = ?',
   setState: `
     INSERT INTO state (key, value) VALUES (?, ?)
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
