@@ -1,0 +1,115 @@
+// The sidecar's cost and its recovery: send latency agent→sidecar→adapter against
+// agent→adapter at 1 and 16 in flight; the time from the adapter coming back to an outbox of
+// 1,000 queued messages being empty; the sidecar's start-to-listening time and idle RSS.
+//
+//   node bench/sidecar.mjs [--seconds 5]
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import {
+  benchDir,
+  CLI,
+  closedLoop,
+  round,
+  startAdapter,
+  startProcess,
+  tokenOf,
+  uuidv7,
+} from './lib.mjs';
+
+const { values } = parseArgs({ options: { seconds: { type: 'string', default: '5' } } });
+const seconds = Number(values.seconds);
+const text = 'x'.repeat(1000);
+const { dir, topology, cleanup } = benchDir();
+const db = join(dir, 'adapter.db');
+const adapterArgs = ['--db', db, '--queue-capacity', '1000000'];
+let adapter = await startAdapter(dir, topology, adapterArgs);
+const port = Number(new URL(adapter.url).port);
+
+const t0 = performance.now();
+const sidecar = await startProcess(
+  [CLI, 'sidecar', '--listen', '127.0.0.1:0'],
+  {
+    AGW_ADAPTER_URL: adapter.url,
+    AGW_AGENT_ID: 'pm',
+    AGW_AGENT_TOKEN: tokenOf('pm'),
+    AGW_OUTBOX: join(dir, 'outbox.db'),
+    AGW_BREAKER_BASE_MS: '100',
+    AGW_BREAKER_MAX_MS: '1000',
+    AGW_LOG_LEVEL: 'info',
+  },
+  (e) => e.msg?.includes('listening on'),
+);
+const startMs = performance.now() - t0;
+await new Promise((r) => setTimeout(r, 2000));
+const rssMiB = round(
+  Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${sidecar.pid}/status`, 'utf8'))?.[1] ?? 0) /
+    1024,
+  1,
+);
+console.log(
+  JSON.stringify({
+    bench: 'sidecar-idle',
+    start_to_listening_ms: Math.round(startMs),
+    idle_rss_mib: rssMiB,
+  }),
+);
+
+const direct = { authorization: `Bearer ${tokenOf('pm')}`, 'content-type': 'application/json' };
+const viaSidecar = { 'content-type': 'application/json' };
+for (const inflight of [1, 16]) {
+  for (const [target, url, headers] of [
+    ['adapter', adapter.url, direct],
+    ['sidecar', sidecar.url, viaSidecar],
+  ]) {
+    const r = await closedLoop(url, {
+      inflight,
+      seconds,
+      makeRequest: () => ({
+        method: 'POST',
+        path: '/v1/messages',
+        headers,
+        body: JSON.stringify({
+          idempotency_key: uuidv7(),
+          to: '@qa',
+          kind: 'status',
+          payload: { text },
+        }),
+      }),
+      check: (s) => s === 201,
+    });
+    console.log(JSON.stringify({ bench: 'sidecar-latency', target, inflight, ...r }));
+  }
+}
+
+// 1,000 queued while the adapter is away, then the adapter comes back
+await adapter.stop('SIGKILL');
+const status = async () => (await (await fetch(`${sidecar.url}/v1/status`)).json()).outbox.depth;
+for (let i = 0; i < 1000; i += 50) {
+  await Promise.all(
+    Array.from({ length: 50 }, () =>
+      fetch(`${sidecar.url}/v1/messages`, {
+        method: 'POST',
+        headers: viaSidecar,
+        body: JSON.stringify({ to: '@qa', kind: 'status', payload: { text } }),
+      }).then((r) => r.arrayBuffer()),
+    ),
+  );
+}
+const queued = await status();
+adapter = await startAdapter(dir, topology, [...adapterArgs, '--listen', `127.0.0.1:${port}`]);
+const back = performance.now();
+while ((await status()) > 0 && performance.now() - back < 60_000)
+  await new Promise((r) => setTimeout(r, 5));
+console.log(
+  JSON.stringify({
+    bench: 'sidecar-drain',
+    queued,
+    adapter_back_to_outbox_empty_ms: Math.round(performance.now() - back),
+    breaker_base_ms: 100,
+    breaker_max_ms: 1000,
+  }),
+);
+await sidecar.stop();
+await adapter.stop();
+cleanup();
