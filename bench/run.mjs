@@ -3,12 +3,18 @@
 //   npm run bench                      (from the repository root: builds, then runs this)
 //   node bench/run.mjs --seconds 5     (each measurement's length; default 5)
 import { execFileSync, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { cpus, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 
-const { values } = parseArgs({ options: { seconds: { type: 'string', default: '5' } } });
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '5' },
+    // write RESULTS.md from the JSON lines of an earlier run instead of running again
+    from: { type: 'string' },
+  },
+});
 const here = new URL('.', import.meta.url).pathname;
 
 function run(script, args) {
@@ -34,23 +40,28 @@ function run(script, args) {
 }
 
 const seconds = values.seconds;
-const rows = [
-  ...(await run('send.mjs', ['--seconds', seconds])),
-  ...(await run('e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
-  ...(await run('fanout.mjs', ['--seconds', seconds])),
-  ...(await run('stored.mjs', ['--seconds', seconds])),
-  ...(await run('sidecar.mjs', ['--seconds', seconds])),
-  ...(await run('send.mjs', [
-    '--seconds',
-    seconds,
-    '--keys',
-    'v4',
-    '--floor',
-    'no',
-    '--sync',
-    'full',
-  ])),
-];
+const rows = values.from
+  ? readFileSync(values.from, 'utf8')
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l))
+  : [
+      ...(await run('send.mjs', ['--seconds', seconds])),
+      ...(await run('e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
+      ...(await run('fanout.mjs', ['--seconds', seconds])),
+      ...(await run('stored.mjs', ['--seconds', seconds])),
+      ...(await run('sidecar.mjs', ['--seconds', seconds])),
+      ...(await run('send.mjs', [
+        '--seconds',
+        seconds,
+        '--keys',
+        'v4',
+        '--floor',
+        'no',
+        '--sync',
+        'full',
+      ])),
+    ];
 
 const require = createRequire(import.meta.url);
 const Database = require('../node_modules/better-sqlite3');
@@ -67,6 +78,7 @@ const disk = (() => {
   }
 })();
 
+const round = (x, digits) => Math.round(x * 10 ** digits) / 10 ** digits;
 const find = (q) =>
   rows.find((r) => r.bench === 'send' && Object.entries(q).every(([k, v]) => r[k] === v));
 const cell = (r) =>

@@ -45,6 +45,8 @@ const DRAIN_BATCH = 100;
 export class Forwarder {
   lastContact: number | null = null;
   lastError: string | null = null;
+  /** Sends refused because the outbox was full, since start. */
+  refusedFull = 0;
   readonly #o: ForwarderOptions;
   #draining: Promise<void> | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -123,6 +125,7 @@ export class Forwarder {
   #queue(key: string, body: string): SendAnswer {
     const { outbox, emergencies } = this.#o;
     if (!outbox.enqueue(key, body)) {
+      this.refusedFull++;
       emergencies.raise({
         reason: 'outbox_full',
         message: `the outbox is full (${outbox.capacity}); new messages are refused until the adapter is back`,

@@ -145,6 +145,14 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     },
   });
   new Gauge({
+    name: 'agw_sidecar_outbox_full_total',
+    help: 'Sends refused with 503 outbox_full since start.',
+    registers: [metrics],
+    collect() {
+      this.set(forwarder.refusedFull);
+    },
+  });
+  new Gauge({
     name: 'agw_sidecar_local_dead_letters',
     help: 'Queued messages the adapter refused for good.',
     registers: [metrics],

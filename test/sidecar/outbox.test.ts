@@ -161,6 +161,9 @@ describe('the sidecar', () => {
     );
     const [crit] = journal.read(`MESSAGE_ID=${EMERGENCY_MESSAGE_ID}`, 'AGW_REASON=outbox_full');
     expect(crit).toMatchObject({ PRIORITY: '2', AGW_AGENT_ID: 'pm' });
+    const metrics = await (await fetch(`${sidecar.url}/metrics`)).text();
+    expect(metrics).toMatch(/agw_sidecar_outbox_full_total 1\n/);
+    expect(metrics).toMatch(/agw_sidecar_outbox_depth 5\n/);
 
     adapter = await adapterOn(db, port);
     await until(
