@@ -3,9 +3,9 @@
  * of agents and dead letters.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { z } from 'zod';
+import { parseDeliveryIds } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
-import { expectMethod, intParam, parseJson, readBody } from '../protocol/http.js';
+import { expectMethod, intParam, readBody } from '../protocol/http.js';
 import type { SqliteStore } from '../store/sqlite-store.js';
 import { type DeliveryService, MAX_WAIT_S } from './delivery.js';
 import type { GroupCommit } from './group-commit.js';
@@ -16,10 +16,6 @@ const INBOX_DEFAULT_MAX = 10;
 const INBOX_MAX = 100;
 const IDS_BODY_LIMIT = 64 * 1024;
 const REPLAY_PATH = /^\/v1\/dead-letters\/(\d+)\/replay$/;
-
-const IdsSchema = z.strictObject({
-  delivery_ids: z.array(z.int().positive()).min(1).max(1000),
-});
 
 export interface DeliveryRouteContext {
   readonly topology: Topology;
@@ -103,16 +99,6 @@ export function deliveryRoutes(ctx: DeliveryRouteContext) {
   };
 }
 
-async function deliveryIds(req: IncomingMessage): Promise<number[]> {
-  const parsed = IdsSchema.safeParse(parseJson(await readBody(req, IDS_BODY_LIMIT)));
-  if (!parsed.success) {
-    throw new GatewayError(
-      'invalid_request',
-      'delivery_ids: must be an array of 1 to 1000 delivery ids',
-      {
-        field: 'delivery_ids',
-      },
-    );
-  }
-  return parsed.data.delivery_ids;
+function deliveryIds(req: IncomingMessage): Promise<number[]> {
+  return readBody(req, IDS_BODY_LIMIT).then((body) => parseDeliveryIds(body));
 }

@@ -13,6 +13,7 @@ import { Gauge, Registry } from 'prom-client';
 import { z } from 'zod';
 import { AdapterClient } from '../client/adapter-client.js';
 import type { Emergencies } from '../journald/emergency.js';
+import { parseDeliveryIds } from '../protocol/delivery-ids.js';
 import { parseEnvelope } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { expectMethod, parseJson, readBody, sendError, sendJson } from '../protocol/http.js';
@@ -48,21 +49,6 @@ const EmergencyBody = z.strictObject({
 });
 const PROXY_GET = /^\/v1\/(inbox|channels\/[^/]+\/messages)$/;
 const PROXY_POST = new Set(['/v1/acks', '/v1/nacks', '/v1/heartbeat']);
-const IdsBody = z.strictObject({ delivery_ids: z.array(z.int()).min(1).max(1000) });
-
-function deliveryIds(body: string | undefined): number[] {
-  const parsed = IdsBody.safeParse(parseJson(Buffer.from(body ?? '')));
-  if (!parsed.success) {
-    throw new GatewayError(
-      'invalid_request',
-      'delivery_ids: must be an array of 1 to 1000 delivery ids',
-      {
-        field: 'delivery_ids',
-      },
-    );
-  }
-  return parsed.data.delivery_ids;
-}
 
 export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const { settings, logger, emergencies } = opts;
@@ -264,7 +250,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
         req.method === 'POST' ? (await readBody(req, MAX_BODY)).toString('utf8') : undefined;
       let local: number[] = [];
       if (path === '/v1/acks' || path === '/v1/nacks') {
-        const ids = deliveryIds(body);
+        const ids = parseDeliveryIds(Buffer.from(body ?? ''), { negativeToo: true });
         const split =
           path === '/v1/acks'
             ? inbox.acked(ids)

@@ -71,21 +71,30 @@ export async function startTestAdapter(
   };
 }
 
-export interface ChildAdapter {
+/** A running child process of the CLI. */
+export interface ChildProcessOfCli {
   child: ChildProcess;
   pid: number;
   url: string;
   /** Resolves when the process has exited. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Its stdout lines and stderr chunks, for failure messages. */
   lines: string[];
 }
+export type ChildAdapter = ChildProcessOfCli;
+export type ChildSidecar = ChildProcessOfCli;
 
-/** Starts `agent-gateway adapter` as a child process and waits until it is ready. */
-export function spawnAdapter(
+/**
+ * Starts `agent-gateway <command>` and resolves once a JSON log line with a `url` matches
+ * `ready`; rejects (and kills it) if it exits first or is not ready within 15 s.
+ */
+function spawnCli(
+  command: string,
   args: string[],
-  env: Record<string, string> = {},
-): Promise<ChildAdapter> {
-  const child = spawn(process.execPath, [CLI, 'adapter', '--listen', '127.0.0.1:0', ...args], {
+  env: Record<string, string>,
+  ready: (msg: string) => boolean,
+): Promise<ChildProcessOfCli> {
+  const child = spawn(process.execPath, [CLI, command, '--listen', '127.0.0.1:0', ...args], {
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -95,23 +104,36 @@ export function spawnAdapter(
   );
   child.stderr!.on('data', (d: Buffer) => lines.push(d.toString()));
   return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${command} not ready within 15 s:\n${lines.join('\n')}`));
+    }, 15_000);
     createInterface({ input: child.stdout! }).on('line', (line) => {
       lines.push(line);
       const entry = JSON.parse(line) as { msg?: string; url?: string };
-      if (entry.msg?.startsWith('adapter ready') && entry.url) {
+      if (entry.msg !== undefined && ready(entry.msg) && entry.url) {
         clearTimeout(timer);
         resolve({ child, pid: child.pid!, url: entry.url, exited, lines });
       }
     });
-    exited.then(({ code, signal }) =>
-      reject(new Error(`adapter exited (${code ?? signal}) before ready:\n${lines.join('\n')}`)),
-    );
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`adapter not ready within 15 s:\n${lines.join('\n')}`));
-    }, 15_000);
-    exited.then(() => clearTimeout(timer));
+    exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`${command} exited (${code ?? signal}) before ready:\n${lines.join('\n')}`));
+    });
   });
+}
+
+/** Starts `agent-gateway adapter` as a child process and waits until it is ready. */
+export function spawnAdapter(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<ChildAdapter> {
+  return spawnCli('adapter', args, env, (msg) => msg.startsWith('adapter ready'));
+}
+
+/** Starts `agent-gateway sidecar` for an agent as a child process; resolves once it listens. */
+export function spawnSidecar(env: Record<string, string>): Promise<ChildSidecar> {
+  return spawnCli('sidecar', [], env, (msg) => msg.includes('listening on'));
 }
 
 /** Runs the CLI to completion and returns its exit code and output. */
@@ -157,44 +179,4 @@ export async function call(
     body = JSON.parse(text);
   } catch {}
   return { status: res.status, body, headers: res.headers };
-}
-
-export interface ChildSidecar {
-  child: ChildProcess;
-  url: string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  lines: string[];
-}
-
-/** Starts `agent-gateway sidecar` for an agent as a child process; resolves once it listens. */
-export function spawnSidecar(env: Record<string, string>): Promise<ChildSidecar> {
-  const child = spawn(process.execPath, [CLI, 'sidecar', '--listen', '127.0.0.1:0'], {
-    env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const lines: string[] = [];
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
-  );
-  child.stderr!.on('data', (d: Buffer) => lines.push(d.toString()));
-  return new Promise((resolve, reject) => {
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      lines.push(line);
-      const entry = JSON.parse(line) as { msg?: string; url?: string };
-      if (entry.msg?.includes('listening on') && entry.url) {
-        clearTimeout(timer);
-        resolve({ child, url: entry.url, exited, lines });
-      }
-    });
-    exited.then(({ code, signal }) =>
-      reject(
-        new Error(`sidecar exited (${code ?? signal}) before listening:\n${lines.join('\n')}`),
-      ),
-    );
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`sidecar not listening within 15 s:\n${lines.join('\n')}`));
-    }, 15_000);
-    exited.then(() => clearTimeout(timer));
-  });
 }
