@@ -1,0 +1,180 @@
+/**
+ * The deployment files agree with the code: every manifest parses, every AGW_* variable they
+ * set is a setting of the program they run, probes point at endpoints that exist, the native
+ * sidecar fields are there, and image names and ports agree across files. The systemd units
+ * pass `systemd-analyze verify` where it is available.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { ADAPTER_SETTINGS } from '../../src/adapter/settings.js';
+import { SIDECAR_SETTINGS } from '../../src/sidecar/settings.js';
+import { CLI } from '../helpers/adapter.js';
+import { tempDir } from '../helpers/topology.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const k8s = join(root, 'k8s');
+// biome-ignore lint/suspicious/noExplicitAny: manifests are checked field by field below
+type Doc = any;
+const docs = (file: string): Doc[] =>
+  parseAllDocuments(readFileSync(join(k8s, file), 'utf8')).map((d) => {
+    expect(d.errors, `${file}: ${d.errors.map((e) => e.message).join('; ')}`).toEqual([]);
+    return d.toJS();
+  });
+const envNames = (settings: Record<string, { env: string }>) =>
+  new Set(Object.values(settings).map((s) => s.env));
+const ADAPTER_ENV = envNames(ADAPTER_SETTINGS);
+const SIDECAR_ENV = envNames(SIDECAR_SETTINGS);
+const ENDPOINTS = {
+  adapter: new Set(['/health', '/healthz', '/metrics']),
+  sidecar: new Set(['/readyz', '/healthz', '/metrics']),
+};
+const program = (c: Doc): 'adapter' | 'sidecar' =>
+  String(c.image).includes('sidecar') ? 'sidecar' : 'adapter';
+const listenPort = (c: Doc) =>
+  Number(String(c.env?.find((e: Doc) => e.name === 'AGW_LISTEN')?.value).split(':')[1]);
+const gatewayContainers = (pod: Doc): Doc[] =>
+  [...(pod.initContainers ?? []), ...pod.containers].filter((c: Doc) =>
+    String(c.image).includes('agent-gateway'),
+  );
+const podSpecs = (file: string) =>
+  docs(file)
+    .map((d) => (d.kind === 'Pod' ? d.spec : d.spec?.template?.spec))
+    .filter((s): s is Doc => s !== undefined);
+
+describe('k8s/ and k8s/podman/', () => {
+  const files = [
+    'kustomization.yaml',
+    'namespace.yaml',
+    'adapter.yaml',
+    'agent-pod.yaml',
+    'network-policy.yaml',
+    'topology.yaml',
+    'podman/agent-pod.yaml',
+  ];
+
+  it('every manifest parses, and the kustomization lists files that exist', () => {
+    for (const f of files) expect(docs(f).length).toBeGreaterThan(0);
+    const [k] = docs('kustomization.yaml');
+    for (const r of k.resources) expect(existsSync(join(k8s, r)), r).toBe(true);
+    for (const g of k.secretGenerator)
+      for (const f of g.files ?? []) expect(existsSync(join(k8s, f)), f).toBe(true);
+  });
+
+  it('sets only AGW_* variables the program knows, and probes endpoints that exist on the right port', () => {
+    for (const f of ['adapter.yaml', 'agent-pod.yaml', 'podman/agent-pod.yaml']) {
+      for (const pod of podSpecs(f)) {
+        for (const c of gatewayContainers(pod)) {
+          const p = program(c);
+          for (const e of c.env ?? []) {
+            if (String(e.name).startsWith('AGW_')) {
+              expect(
+                (p === 'adapter' ? ADAPTER_ENV : SIDECAR_ENV).has(e.name),
+                `${f}: ${c.name} sets ${e.name}`,
+              ).toBe(true);
+            }
+          }
+          const port = listenPort(c);
+          for (const probe of [c.startupProbe, c.readinessProbe, c.livenessProbe].filter(Boolean)) {
+            expect(
+              ENDPOINTS[p].has(probe.httpGet.path),
+              `${f}: ${c.name} probes ${probe.httpGet.path}`,
+            ).toBe(true);
+            const named = c.ports?.find((x: Doc) => x.name === probe.httpGet.port)?.containerPort;
+            expect(named ?? probe.httpGet.port, `${f}: ${c.name} probe port`).toBe(port);
+          }
+        }
+      }
+    }
+  });
+
+  it('runs the sidecar as a native sidecar gated on /readyz, and the agent behind it', () => {
+    const [pod] = podSpecs('agent-pod.yaml');
+    const sidecar = pod.initContainers.find((c: Doc) => c.name === 'gateway-sidecar');
+    expect(sidecar.restartPolicy).toBe('Always');
+    expect(sidecar.startupProbe.httpGet.path).toBe('/readyz');
+    expect(pod.volumes.find((v: Doc) => v.name === 'journal').hostPath).toEqual({
+      path: '/run/systemd/journal/socket',
+      type: 'Socket',
+    });
+    const env = Object.fromEntries(sidecar.env.map((e: Doc) => [e.name, e]));
+    expect(env.POD_NAME.valueFrom.fieldRef.fieldPath).toBe('metadata.name');
+    expect(env.POD_NAMESPACE.valueFrom.fieldRef.fieldPath).toBe('metadata.namespace');
+    // Podman: an ordinary container, and the agent waits for it
+    const [podman] = podSpecs('podman/agent-pod.yaml');
+    expect(podman.initContainers).toBeUndefined();
+    expect(podman.containers.find((c: Doc) => c.name === 'agent').args.join(' ')).toContain(
+      'wait-ready --url http://127.0.0.1:7070/readyz',
+    );
+  });
+
+  it('agrees on images, ports and the adapter address across files', () => {
+    const adapterDeployment = docs('adapter.yaml').find((d) => d.kind === 'Deployment');
+    const adapterService = docs('adapter.yaml').find((d) => d.kind === 'Service');
+    expect(adapterDeployment.spec.strategy.type).toBe('Recreate');
+    expect(adapterDeployment.spec.replicas).toBe(1);
+    const adapter = adapterDeployment.spec.template.spec.containers[0];
+    expect(adapter.image).toMatch(/^agent-gateway-adapter:/);
+    expect(adapter.ports[0].containerPort).toBe(listenPort(adapter));
+    expect(adapterService.spec.ports[0].port).toBe(listenPort(adapter));
+    const [pod] = podSpecs('agent-pod.yaml');
+    const sidecar = pod.initContainers[0];
+    expect(sidecar.image).toMatch(/^agent-gateway-sidecar:/);
+    const adapterUrl = sidecar.env.find((e: Doc) => e.name === 'AGW_ADAPTER_URL').value;
+    expect(adapterUrl).toBe(
+      `http://${adapterService.metadata.name}:${adapterService.spec.ports[0].port}`,
+    );
+    const [k] = docs('kustomization.yaml');
+    expect(k.images.map((i: Doc) => i.name).sort()).toEqual([
+      'agent-gateway-adapter',
+      'agent-gateway-sidecar',
+    ]);
+    const dockerfile = readFileSync(join(root, 'docker/Dockerfile'), 'utf8');
+    expect(dockerfile).toMatch(/FROM runtime AS adapter[\s\S]*EXPOSE 8080/);
+    expect(dockerfile).toMatch(/FROM runtime AS sidecar[\s\S]*EXPOSE 7070/);
+    const policy = docs('network-policy.yaml')[0];
+    expect(policy.spec.ingress[0].ports[0].port).toBe(listenPort(adapter));
+  });
+});
+
+describe('systemd units', () => {
+  const { dir, cleanup } = tempDir('agw-units-');
+  afterAll(cleanup);
+  const unitDir = join(k8s, 'systemd');
+  const units = readdirSync(unitDir).filter((f) => f.endsWith('.service'));
+
+  it('set only known AGW_* variables, and the adapter unit is Type=notify with the seed restart policy', () => {
+    for (const u of units) {
+      const text = readFileSync(join(unitDir, u), 'utf8');
+      for (const m of text.matchAll(/^Environment=(AGW_[A-Z_]+)=/gm))
+        expect(ADAPTER_ENV.has(m[1]!), `${u}: ${m[1]}`).toBe(true);
+    }
+    const adapter = readFileSync(join(unitDir, 'agent-gateway-adapter.service'), 'utf8');
+    for (const line of [
+      'Type=notify',
+      'Restart=always',
+      'RestartSec=2',
+      'StartLimitIntervalSec=300',
+      'StartLimitBurst=5',
+    ]) {
+      expect(adapter).toContain(line);
+    }
+    expect(adapter).toMatch(/^WatchdogSec=\d+/m);
+  });
+
+  it.runIf(existsSync('/usr/bin/systemd-analyze'))('pass systemd-analyze verify', () => {
+    for (const u of units) {
+      // verify checks that ExecStart is executable: point it at this checkout's build
+      const text = readFileSync(join(unitDir, u), 'utf8').replace(
+        /^ExecStart=\/usr\/bin\/agent-gateway/m,
+        `ExecStart=${process.execPath} ${CLI}`,
+      );
+      const file = join(dir, u);
+      writeFileSync(file, text);
+      execFileSync('systemd-analyze', ['verify', file], { stdio: 'pipe' });
+    }
+  });
+});
