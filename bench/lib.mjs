@@ -153,3 +153,43 @@ export function uuidv7() {
   const time = Date.now().toString(16).padStart(12, '0');
   return `${time.slice(0, 8)}-${time.slice(8, 12)}-7${randomUUID().slice(15)}`;
 }
+
+/**
+ * A closed loop of `inflight` concurrent calls of `send(i)` (a promise that settles when the
+ * system acknowledged), measured for `seconds` after a warm-up; the same shape as closedLoop.
+ */
+export async function closedLoopFn({ inflight, seconds, warmupSeconds = 1, send }) {
+  const latencies = [];
+  let i = 0;
+  let errors = 0;
+  const run = async (until, record) => {
+    await Promise.all(
+      Array.from({ length: inflight }, async () => {
+        while (performance.now() < until) {
+          const t0 = performance.now();
+          try {
+            await send(i++);
+          } catch {
+            errors++;
+          }
+          if (record) latencies.push(performance.now() - t0);
+        }
+      }),
+    );
+  };
+  await run(performance.now() + warmupSeconds * 1000, false);
+  const started = performance.now();
+  await run(started + seconds * 1000, true);
+  const elapsed = (performance.now() - started) / 1000;
+  latencies.sort((a, b) => a - b);
+  const pct = (p) =>
+    latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
+  return {
+    n: latencies.length,
+    seconds: round(elapsed, 2),
+    per_second: Math.round(latencies.length / elapsed),
+    p50_ms: round(pct(50), 3),
+    p99_ms: round(pct(99), 3),
+    errors,
+  };
+}

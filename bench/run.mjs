@@ -47,6 +47,7 @@ const rows = values.from
       .map((l) => JSON.parse(l))
   : [
       ...(await run('send.mjs', ['--seconds', seconds])),
+      ...(await run('peers.mjs', ['--seconds', seconds])),
       ...(await run('e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
       ...(await run('fanout.mjs', ['--seconds', seconds])),
       ...(await run('stored.mjs', ['--seconds', seconds])),
@@ -101,6 +102,8 @@ const normal16 = find({ target: 'adapter', sync: 'normal', keys: 'v7', inflight:
 const normal64 = find({ target: 'adapter', sync: 'normal', keys: 'v7', inflight: 64 });
 const v4_64 = find({ target: 'adapter', sync: 'full', keys: 'v4', inflight: 64 });
 const e2e = rows.find((r) => r.bench === 'e2e');
+const peer = (target, inflight) =>
+  rows.find((r) => r.bench === 'peer-send' && r.target === target && r.inflight === inflight);
 const fan = rows.find((r) => r.bench === 'fanout');
 const drain = rows.find((r) => r.bench === 'sidecar-drain');
 const idle = rows.find((r) => r.bench === 'sidecar-idle');
@@ -129,14 +132,70 @@ ${table('adapter, synchronous=FULL', { target: 'adapter', sync: 'full', keys: 'v
 ${table('adapter, synchronous=NORMAL', { target: 'adapter', sync: 'normal', keys: 'v7' })}
 ${table('adapter, FULL, random v4 keys', { target: 'adapter', sync: 'full', keys: 'v4' })}
 
+### Beside the peers (same run, same client design, same ~1 KiB payload)
+
+| system | fsync before the ack | 1 in flight | 16 in flight | 64 in flight |
+|---|---|---|---|---|
+${[
+  [
+    'agent-gateway adapter, FULL',
+    'yes',
+    (n) => find({ target: 'adapter', sync: 'full', keys: 'v7', inflight: n }),
+  ],
+  [
+    'agent-gateway adapter, NORMAL',
+    'no (WAL synced at checkpoints)',
+    (n) => find({ target: 'adapter', sync: 'normal', keys: 'v7', inflight: n }),
+  ],
+  ...[
+    ['NATS JetStream (file stream, PubAck)', 'nats-jetstream'],
+    ['RabbitMQ (quorum queue, confirms)', 'rabbitmq-quorum'],
+    ['PostgreSQL (INSERT per transaction)', 'postgresql'],
+  ].map(([label, target]) => {
+    const any = rows.find((r) => r.bench === 'peer-send' && r.target === target);
+    return [
+      label,
+      any ? (any.fsync_per_ack ? 'yes' : 'no (synced on an interval)') : '?',
+      (n) => peer(target, n),
+    ];
+  }),
+]
+  .map(
+    ([label, fsync, get]) =>
+      `| ${label} | ${fsync} | ${[1, 16, 64]
+        .map((n) => {
+          const r = get(n);
+          return r
+            ? `${r.per_second.toLocaleString('en')}/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms`
+            : '-';
+        })
+        .join(' | ')} |`,
+  )
+  .join('\n')}
+
+Ours as a ratio to the best peer that also fsyncs before its ack, and to the best peer of all:
+${[1, 16, 64]
+  .map((n) => {
+    const ours = find({ target: 'adapter', sync: 'full', keys: 'v7', inflight: n });
+    const peers = rows.filter((r) => r.bench === 'peer-send' && r.inflight === n);
+    const durable = peers.filter((r) => r.fsync_per_ack);
+    const best = (xs) =>
+      xs.reduce((a, b) => (b.per_second > (a?.per_second ?? 0) ? b : a), undefined);
+    const bd = best(durable);
+    const ba = best(peers);
+    if (!ours || !bd || !ba) return '';
+    return `- ${n} in flight: ${round(ours.per_second / bd.per_second, 2)}× ${bd.target}, ${round(ours.per_second / ba.per_second, 2)}× ${ba.target}`;
+  })
+  .join('\n')}
+
 ### Against the bar
 
 The write-path issue set the bar for FULL at NATS JetStream's figures on this kind of machine,
 about 21,000 and 28,000 acked msgs/s at 16 and 64 in flight (JetStream does not fsync per
 message), with the bare HTTP floor then at 31,000 to 34,000. Floors differ from run to run, so
 compare shares of the floor: JetStream's were about 65% and 85%. Ours in this run, with an fsync
-behind every ack: ${full16 && floor16 ? Math.round((full16.per_second / floor16.per_second) * 100) : '?'}% at 16 and ${full64 && floor64 ? Math.round((full64.per_second / floor64.per_second) * 100) : '?'}% at 64 (NORMAL: ${normal16 && floor16 ? Math.round((normal16.per_second / floor16.per_second) * 100) : '?'}% and ${normal64 && floor64 ? Math.round((normal64.per_second / floor64.per_second) * 100) : '?'}%). We trail it; the
-peers run beside us in one run when the benchmark issue lands.
+behind every ack: ${full16 && floor16 ? Math.round((full16.per_second / floor16.per_second) * 100) : '?'}% at 16 and ${full64 && floor64 ? Math.round((full64.per_second / floor64.per_second) * 100) : '?'}% at 64 (NORMAL: ${normal16 && floor16 ? Math.round((normal16.per_second / floor16.per_second) * 100) : '?'}% and ${normal64 && floor64 ? Math.round((normal64.per_second / floor64.per_second) * 100) : '?'}%). We trail it; the table above has
+JetStream measured beside us in this run.
 
 ## Where the time goes
 

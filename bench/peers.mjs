@@ -1,0 +1,138 @@
+// The peers, measured like our adapter (bench/send.mjs): acked sends per second and p50/p99 ack
+// latency at 1, 16 and 64 in flight, ~1 KiB payloads, a closed loop in one client process.
+// Each runs on this machine on its standard loopback port.
+//
+// - NATS JetStream: a file-storage stream; publish awaits the PubAck; Nats-Msg-Id (msgID) for
+//   dedup. A PubAck does NOT mean fsynced: JetStream syncs to disk on an interval by default.
+// - RabbitMQ: a durable quorum queue, persistent messages, publisher confirms (amqplib). A
+//   confirm means the message is fsynced on a quorum of members (here: one node).
+// - PostgreSQL: one INSERT per transaction with synchronous_commit on (the default): the commit
+//   returns after the WAL is fsynced.
+//
+//   node bench/peers.mjs [--seconds 5] [--inflight 1,16,64] [--only nats,rabbitmq,postgres]
+import { randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import amqp from 'amqplib';
+import { connect, StringCodec } from 'nats';
+import pg from 'pg';
+import { closedLoopFn } from './lib.mjs';
+
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '5' },
+    inflight: { type: 'string', default: '1,16,64' },
+    only: { type: 'string', default: 'nats,rabbitmq,postgres' },
+  },
+});
+const seconds = Number(values.seconds);
+const levels = values.inflight.split(',').map(Number);
+const only = new Set(values.only.split(','));
+const body = () =>
+  JSON.stringify({
+    idempotency_key: randomUUID(),
+    to: '@qa',
+    kind: 'status',
+    payload: { text: 'x'.repeat(1000) },
+  });
+const emit = (o) => console.log(JSON.stringify({ bench: 'peer-send', ...o }));
+
+async function nats() {
+  const nc = await connect({ servers: '127.0.0.1:4222' });
+  const jsm = await nc.jetstreamManager();
+  const stream = `AGW_BENCH_${process.pid}`;
+  await jsm.streams.add({ name: stream, subjects: [`agwbench${process.pid}.>`], storage: 'file' });
+  const js = nc.jetstream();
+  const sc = StringCodec();
+  try {
+    for (const inflight of levels) {
+      const r = await closedLoopFn({
+        inflight,
+        seconds,
+        send: () =>
+          js.publish(`agwbench${process.pid}.qa`, sc.encode(body()), { msgID: randomUUID() }),
+      });
+      emit({ target: 'nats-jetstream', fsync_per_ack: false, inflight, ...r });
+    }
+  } finally {
+    await jsm.streams.delete(stream);
+    await nc.close();
+  }
+}
+
+async function rabbitmq() {
+  const conn = await amqp.connect('amqp://guest:guest@127.0.0.1:5672');
+  const ch = await conn.createConfirmChannel();
+  const queue = `agw-bench-${process.pid}`;
+  await ch.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+  try {
+    for (const inflight of levels) {
+      const r = await closedLoopFn({
+        inflight,
+        seconds,
+        send: () =>
+          new Promise((resolve, reject) =>
+            ch.sendToQueue(
+              queue,
+              Buffer.from(body()),
+              { persistent: true, messageId: randomUUID() },
+              (err) => (err ? reject(err) : resolve()),
+            ),
+          ),
+      });
+      emit({ target: 'rabbitmq-quorum', fsync_per_ack: true, inflight, ...r });
+      await ch.purgeQueue(queue);
+    }
+  } finally {
+    await ch.deleteQueue(queue);
+    await conn.close();
+  }
+}
+
+async function postgres() {
+  const table = `agw_bench_${process.pid}`;
+  const admin = new pg.Client({
+    host: '127.0.0.1',
+    port: 5432,
+    user: 'postgres',
+    database: 'postgres',
+  });
+  await admin.connect();
+  await admin.query(
+    `CREATE TABLE ${table} (id bigserial PRIMARY KEY, key uuid UNIQUE NOT NULL, body text NOT NULL)`,
+  );
+  const sync = (await admin.query('SHOW synchronous_commit')).rows[0].synchronous_commit;
+  const fsync = (await admin.query('SHOW fsync')).rows[0].fsync;
+  try {
+    for (const inflight of levels) {
+      const pool = new pg.Pool({
+        host: '127.0.0.1',
+        port: 5432,
+        user: 'postgres',
+        database: 'postgres',
+        max: inflight,
+      });
+      const r = await closedLoopFn({
+        inflight,
+        seconds,
+        send: () =>
+          pool.query(`INSERT INTO ${table} (key, body) VALUES ($1, $2)`, [randomUUID(), body()]),
+      });
+      await pool.end();
+      emit({
+        target: 'postgresql',
+        fsync_per_ack: sync === 'on' && fsync === 'on',
+        synchronous_commit: sync,
+        fsync,
+        inflight,
+        ...r,
+      });
+    }
+  } finally {
+    await admin.query(`DROP TABLE ${table}`);
+    await admin.end();
+  }
+}
+
+if (only.has('nats')) await nats();
+if (only.has('rabbitmq')) await rabbitmq();
+if (only.has('postgres')) await postgres();
