@@ -142,21 +142,29 @@ export class GatewayClient {
       }
       for (const d of deliveries) {
         if (this.#seen.has(d.message.message_id)) {
-          await this.#call('POST', '/v1/acks', { delivery_ids: [d.delivery_id] });
+          await this.#settle('/v1/acks', d);
           continue;
         }
         try {
           await handler(d.message, d);
         } catch (err) {
           opts.onError?.(err, d);
-          await this.#call('POST', '/v1/nacks', { delivery_ids: [d.delivery_id] });
+          await this.#settle('/v1/nacks', d);
           continue;
         }
-        await this.#call('POST', '/v1/acks', { delivery_ids: [d.delivery_id] });
         this.#seen.add(d.message.message_id);
         if (this.#seen.size > SEEN_MAX) this.#seen.delete(this.#seen.values().next().value!);
+        await this.#settle('/v1/acks', d);
       }
     }
+  }
+
+  /**
+   * Acks or nacks one delivery. If that fails (the sidecar restarting), the delivery comes again
+   * after its lease, and a handled one is then acked without calling the handler.
+   */
+  async #settle(path: '/v1/acks' | '/v1/nacks', d: Delivery): Promise<void> {
+    await this.#call('POST', path, { delivery_ids: [d.delivery_id] }).catch(() => {});
   }
 
   heartbeat(): Promise<{ pending: number; critical_pending: number }> {

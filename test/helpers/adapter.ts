@@ -132,8 +132,11 @@ export function spawnAdapter(
 }
 
 /** Starts `agent-gateway sidecar` for an agent as a child process; resolves once it listens. */
-export function spawnSidecar(env: Record<string, string>): Promise<ChildSidecar> {
-  return spawnCli('sidecar', [], env, (msg) => msg.includes('listening on'));
+export function spawnSidecar(
+  env: Record<string, string>,
+  args: string[] = [],
+): Promise<ChildSidecar> {
+  return spawnCli('sidecar', args, env, (msg) => msg.includes('listening on'));
 }
 
 /** Runs the CLI to completion and returns its exit code and output. */
