@@ -60,7 +60,7 @@ async function nats() {
 }
 
 async function rabbitmq() {
-  const conn = await amqp.connect('amqp://guest:guest@127.0.0.1:5672');
+  const conn = await amqp.connect('amqp://guest:guest@127.0.0.1:5672', { noDelay: true });
   const ch = await conn.createConfirmChannel();
   const queue = `agw-bench-${process.pid}`;
   await ch.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });

@@ -49,7 +49,9 @@ const rows = values.from
       ...(await run('send.mjs', ['--seconds', seconds])),
       ...(await run('peers.mjs', ['--seconds', seconds])),
       ...(await run('e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
+      ...(await run('peers-e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
       ...(await run('fanout.mjs', ['--seconds', seconds])),
+      ...(await run('peers-fanout.mjs', ['--seconds', seconds])),
       ...(await run('stored.mjs', ['--seconds', seconds])),
       ...(await run('sidecar.mjs', ['--seconds', seconds])),
       ...(await run('send.mjs', [
@@ -238,11 +240,43 @@ ${[1, 16, 64].map((n) => commitRow('full', 'v4', n)).join('\n')}
 | end-to-end latency, send to long-poll receive, at ${e2e?.rate} msg/s (p50 / p99 / max) | ${e2e?.p50_ms} / ${e2e?.p99_ms} / ${e2e?.max_ms} ms (${e2e?.received} of ${e2e?.sent} received) |
 | fan-out to a 5-member channel, 16 in flight: messages accepted | ${fan?.messages_per_second?.toLocaleString('en')}/s |
 | fan-out: deliveries received and acked by the five | ${fan?.deliveries_per_second_while_sending?.toLocaleString('en')}/s |
+${rows
+  .filter((r) => r.bench === 'peer-fanout')
+  .map(
+    (r) =>
+      `| fan-out, ${r.target} (same shape): messages / deliveries | ${r.messages_per_second.toLocaleString('en')}/s / ${r.deliveries_per_second_while_sending.toLocaleString('en')}/s (ours: ${fan ? round(fan.deliveries_per_second_while_sending / r.deliveries_per_second_while_sending, 2) : '-'}×) |`,
+  )
+  .join('\n')}
 
-The issue quotes NATS JetStream at 0.24 / 1.55 ms and RabbitMQ at 0.71 / 2.95 ms (p50 / p99) for
-the end-to-end figure on this kind of machine; they are not run beside us yet. An end-to-end
-trip here is two commits, each with its fsync: the send's, then the lease the woken poll writes
-before it answers.
+End-to-end beside the peers, same rate, same process design (sender and consumer in one client
+process; each peer's durable path):
+
+| system | p50 ms | p99 ms | our p50 as a ratio to it |
+|---|---|---|---|
+${[
+  ['agent-gateway (send, long-poll inbox, ack)', e2e],
+  [
+    'NATS JetStream (PubAck, ordered consumer)',
+    rows.find((r) => r.bench === 'peer-e2e' && r.target === 'nats-jetstream'),
+  ],
+  [
+    'RabbitMQ (quorum queue, confirms, consumer acks)',
+    rows.find((r) => r.bench === 'peer-e2e' && r.target === 'rabbitmq-quorum'),
+  ],
+  [
+    'PostgreSQL (INSERT + pg_notify per transaction, LISTEN)',
+    rows.find((r) => r.bench === 'peer-e2e' && r.target === 'postgresql'),
+  ],
+]
+  .filter(([, r]) => r !== undefined)
+  .map(
+    ([label, r]) =>
+      `| ${label} | ${r.p50_ms} | ${r.p99_ms} | ${e2e ? round(e2e.p50_ms / r.p50_ms, 2) : '-'}× |`,
+  )
+  .join('\n')}
+
+An end-to-end trip here is two commits, each with its fsync: the send's, then the lease the
+woken poll writes before it answers.
 
 ## Stored messages
 
