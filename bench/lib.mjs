@@ -93,46 +93,28 @@ export function startAdapter(dir, topology, extraArgs = [], env = {}) {
 
 /**
  * Runs `inflight` concurrent loops of `makeRequest(i)` against url for `seconds` after a warm-up,
- * and returns throughput and latency percentiles of the measured part.
+ * over an undici Pool of that many connections, and returns throughput and latency percentiles
+ * of the measured part; an answer `check` refuses counts as an error.
  */
 export async function closedLoop(
   url,
   { inflight, seconds, warmupSeconds = 1, makeRequest, check },
 ) {
   const pool = new Pool(url, { connections: inflight, pipelining: 1, keepAliveTimeout: 60_000 });
-  const latencies = [];
-  let i = 0;
-  let errors = 0;
-  const run = async (until, record) => {
-    const loops = Array.from({ length: inflight }, async () => {
-      while (performance.now() < until) {
-        const req = makeRequest(i++);
-        const t0 = performance.now();
-        const res = await pool.request(req);
+  try {
+    return await closedLoopFn({
+      inflight,
+      seconds,
+      warmupSeconds,
+      send: async (i) => {
+        const res = await pool.request(makeRequest(i));
         const body = await res.body.text();
-        const dt = performance.now() - t0;
-        if (!check(res.statusCode, body)) errors++;
-        if (record) latencies.push(dt);
-      }
+        if (!check(res.statusCode, body)) throw new Error(`unexpected ${res.statusCode}`);
+      },
     });
-    await Promise.all(loops);
-  };
-  await run(performance.now() + warmupSeconds * 1000, false);
-  const started = performance.now();
-  await run(started + seconds * 1000, true);
-  const elapsed = (performance.now() - started) / 1000;
-  await pool.close();
-  latencies.sort((a, b) => a - b);
-  const pct = (p) =>
-    latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
-  return {
-    n: latencies.length,
-    seconds: round(elapsed, 2),
-    per_second: Math.round(latencies.length / elapsed),
-    p50_ms: round(pct(50), 3),
-    p99_ms: round(pct(99), 3),
-    errors,
-  };
+  } finally {
+    await pool.close();
+  }
 }
 
 export function round(x, digits) {
