@@ -273,7 +273,10 @@ describe('SdNotify', () => {
     const { SdNotify } = await import('../../src/journald/sd-notify.js');
     const n = new SdNotify({ NOTIFY_SOCKET: `@${name}`, WATCHDOG_USEC: '100000' });
     await n.ready();
-    await new Promise((r) => setTimeout(r, 130)); // two watchdog periods of 50 ms
+    // every 50 ms from now on; wait for one (a loaded machine may delay timers)
+    const deadline = Date.now() + 5000;
+    while (!got.includes('WATCHDOG=1') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20));
     await n.stopping();
     n.close();
     await new Promise((r) => setTimeout(r, 20));
