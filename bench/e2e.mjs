@@ -5,7 +5,7 @@
 //   node bench/e2e.mjs [--rate 500] [--seconds 10]
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { benchDir, round, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
+import { benchDir, latencySummary, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
 
 const { values } = parseArgs({
   options: { rate: { type: 'string', default: '500' }, seconds: { type: 'string', default: '10' } },
@@ -77,9 +77,6 @@ await receiver;
 await pool.close();
 await adapter.stop();
 cleanup();
-latencies.sort((a, b) => a - b);
-const pct = (p) =>
-  round(latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))], 3);
 console.log(
   JSON.stringify({
     bench: 'e2e',
@@ -87,8 +84,6 @@ console.log(
     seconds,
     sent,
     received: latencies.length,
-    p50_ms: pct(50),
-    p99_ms: pct(99),
-    max_ms: round(latencies.at(-1), 3),
+    ...latencySummary(latencies),
   }),
 );

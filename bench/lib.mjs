@@ -163,15 +163,25 @@ export async function closedLoopFn({ inflight, seconds, warmupSeconds = 1, send 
   const started = performance.now();
   await run(started + seconds * 1000, true);
   const elapsed = (performance.now() - started) / 1000;
-  latencies.sort((a, b) => a - b);
-  const pct = (p) =>
-    latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
+  const { p50_ms, p99_ms } = latencySummary(latencies);
   return {
     n: latencies.length,
     seconds: round(elapsed, 2),
     per_second: Math.round(latencies.length / elapsed),
+    p50_ms,
+    p99_ms,
+    errors,
+  };
+}
+
+/** p50, p99 and max of latencies in ms (sorts them in place), rounded to µs. */
+export function latencySummary(latencies) {
+  latencies.sort((a, b) => a - b);
+  const pct = (p) =>
+    latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
+  return {
     p50_ms: round(pct(50), 3),
     p99_ms: round(pct(99), 3),
-    errors,
+    max_ms: round(latencies.at(-1), 3),
   };
 }

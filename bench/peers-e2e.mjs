@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
 import { connect, StringCodec } from 'nats';
 import pg from 'pg';
-import { round } from './lib.mjs';
+import { latencySummary } from './lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -40,9 +40,6 @@ async function openLoop(target, send, latencies) {
   const deadline = performance.now() + 10_000;
   while (latencies.length < total && performance.now() < deadline)
     await new Promise((r) => setTimeout(r, 20));
-  latencies.sort((a, b) => a - b);
-  const pct = (p) =>
-    round(latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))], 3);
   console.log(
     JSON.stringify({
       bench: 'peer-e2e',
@@ -51,9 +48,7 @@ async function openLoop(target, send, latencies) {
       seconds,
       sent: total,
       received: latencies.length,
-      p50_ms: pct(50),
-      p99_ms: pct(99),
-      max_ms: round(latencies.at(-1), 3),
+      ...latencySummary(latencies),
     }),
   );
 }

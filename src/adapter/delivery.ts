@@ -56,11 +56,12 @@ export class DeliveryService {
     return this.#sweep();
   }
 
-  /** After every commit: wake the agents that got deliveries, re-arm the timer. */
+  /** After every commit: wake the agents that got deliveries; re-arm the timer if needed. */
   afterCommit(): void {
-    for (const alert of this.#store.deliveries.takeAlerts()) this.#onAlert?.(alert);
-    for (const agent of this.#store.deliveries.takeTouched()) this.#wake(agent);
-    this.#arm();
+    const d = this.#store.deliveries;
+    for (const alert of d.takeAlerts()) this.#onAlert?.(alert);
+    for (const agent of d.takeTouched()) this.#wake(agent);
+    if (d.takeTimingChanged()) this.#arm();
   }
 
   /** Waiters still parked: for the metrics. */

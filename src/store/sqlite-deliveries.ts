@@ -107,6 +107,7 @@ export class Deliveries {
   #touched = new Set<string>();
   /** Alerts written since takeAlerts(): the adapter also raises them on journald, once committed. */
   #sent: SentAlert[] = [];
+  #timingChanged = false;
   readonly #s;
 
   constructor(db: Database.Database, cfg: DeliveryConfig, sendAlert: AlertSender) {
@@ -149,6 +150,17 @@ export class Deliveries {
 
   takeAlerts(): SentAlert[] {
     return this.#sent.splice(0);
+  }
+
+  /**
+   * Whether something may now fall due sooner than before (a lease, a retry's backoff, an
+   * alert window) since the last call: only then does the delivery timer need re-arming, so a
+   * plain append costs no timer queries.
+   */
+  takeTimingChanged(): boolean {
+    const changed = this.#timingChanged;
+    this.#timingChanged = false;
+    return changed;
   }
 
   takeTouched(): Set<string> {
@@ -207,6 +219,7 @@ export class Deliveries {
     const expires = now + this.#cfg.leaseMs;
     return ids.map((id) => {
       const { attempt } = this.#s.lease.get(expires, id)!;
+      this.#timingChanged = true;
       this.stats.handedOut++;
       if (attempt > 1) this.stats.redelivered++;
       return attempt;
@@ -327,6 +340,7 @@ export class Deliveries {
     const jitter = 0.75 + 0.5 * this.#cfg.random();
     const wait = Math.round(this.#cfg.retryBaseMs * 2 ** (r.attempt - 1) * jitter);
     this.#s.retryLater.run(now + wait, r.id);
+    this.#timingChanged = true;
   }
 
   #deadLetter(r: Row, reason: DeadLetterReason, now: number): void {
@@ -393,6 +407,7 @@ export class Deliveries {
   }
 
   #saveAlert(a: AlertRow): void {
+    this.#timingChanged = true;
     this.#s.upsertAlert.run(
       a.recipient,
       a.reason,
