@@ -109,6 +109,13 @@ describe('k8s/ and k8s/podman/', () => {
     expect(podman.containers.find((c: Doc) => c.name === 'agent').args.join(' ')).toContain(
       'wait-ready --url http://127.0.0.1:7070/readyz',
     );
+    // the token as a host file (Podman 4.3 mangles secret volumes), where the sidecar reads it
+    const podmanSidecar = podman.containers.find((c: Doc) => c.name === 'gateway-sidecar');
+    const tokenFile = podmanSidecar.env.find((e: Doc) => e.name === 'AGW_AGENT_TOKEN_FILE').value;
+    expect(podmanSidecar.volumeMounts.find((m: Doc) => m.name === 'token').mountPath).toBe(
+      tokenFile,
+    );
+    expect(podman.volumes.find((v: Doc) => v.name === 'token').hostPath.type).toBe('File');
   });
 
   it('agrees on images, ports and the adapter address across files', () => {
@@ -137,6 +144,38 @@ describe('k8s/ and k8s/podman/', () => {
     expect(dockerfile).toMatch(/FROM runtime AS sidecar[\s\S]*EXPOSE 7070/);
     const policy = docs('network-policy.yaml')[0];
     expect(policy.spec.ingress[0].ports[0].port).toBe(listenPort(adapter));
+  });
+});
+
+describe('Quadlet units (k8s/podman/)', () => {
+  const dir = join(k8s, 'podman');
+  const unit = (f: string) => readFileSync(join(dir, f), 'utf8');
+  const values = (text: string, key: string) =>
+    [...text.matchAll(new RegExp(`^${key}=(.*)$`, 'gm'))].map((m) => m[1]!);
+  const version = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).version;
+
+  it('run the adapter image of this version with known settings, on a network that is defined', () => {
+    const adapter = unit('agent-gateway-adapter.container');
+    expect(values(adapter, 'Image')).toEqual([`localhost/agent-gateway-adapter:${version}`]);
+    expect(values(adapter, 'ContainerName')).toEqual(['agent-gateway-adapter']);
+    for (const e of values(adapter, 'Environment')) {
+      const name = e.split('=')[0]!;
+      if (name.startsWith('AGW_')) expect(ADAPTER_ENV.has(name), name).toBe(true);
+    }
+    for (const line of ['Notify=true', 'ReadOnly=true', 'Restart=always', 'RestartSec=2'])
+      expect(adapter).toContain(line);
+    for (const f of ['agent-gateway-adapter.container', 'agent-engineering.kube'])
+      for (const n of values(unit(f), 'Network'))
+        expect(existsSync(join(dir, n)), `${f}: ${n}`).toBe(true);
+    // the pod's sidecar finds the adapter by the container's name on that network
+    const [pod] = podSpecs('podman/agent-pod.yaml');
+    const sidecar = pod.containers.find((c: Doc) => c.name === 'gateway-sidecar');
+    expect(sidecar.image).toBe(`localhost/agent-gateway-sidecar:${version}`);
+    const listen = values(adapter, 'Environment').find((e) => e.startsWith('AGW_LISTEN='));
+    const port = listen?.split(':').at(-1);
+    expect(sidecar.env.find((e: Doc) => e.name === 'AGW_ADAPTER_URL').value).toBe(
+      `http://agent-gateway-adapter:${port}`,
+    );
   });
 });
 

@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# The deployment proved in a real Podman (docs/deploy.md). Builds both images from
+# docker/Dockerfile on a local Node 20 base, runs the adapter as a read-only container, and
+# `podman kube play`s two agent pods made from k8s/podman/agent-pod.yaml (engineering, qa). Then,
+# speaking only to the sidecars from inside the agent containers, as an agent runtime would:
+#   1. the start gate: with no adapter the sidecar is up, /readyz is 503 and the agent's runtime
+#      has not started; it starts once the adapter's HEALTHCHECK passes;
+#   2. a message sent in engineering's pod is received and acked in qa's;
+#   3. the adapter stopped: a send answers 202 queued, and an emergency written in the pod lands
+#      in journald as priority CRIT; the adapter started again: the queued message arrives next
+#      in its channel and engineering's outbox is empty.
+#
+# Everything runs in a Podman store of its own (images, containers, volumes, networks, all under
+# one temp dir) and a journald namespace of its own; all of it is removed on exit, whatever
+# happened. Needs root, podman with runc, debootstrap, journald, and the Debian and npm registries.
+#   AGW_E2E_NODE_BASE=IMAGE  a Node 20 bookworm image to build on instead of making one
+#   AGW_E2E_MIRROR=URL       the Debian mirror for the base (default http://deb.debian.org/debian)
+#   AGW_E2E_KEEP=1           keep the temp dir (logs, manifests) and print where it is
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+VERSION=$(node -p 'require(process.argv[1]).version' "$ROOT/package.json")
+MIRROR=${AGW_E2E_MIRROR:-http://deb.debian.org/debian}
+WORK=$(mktemp -d /var/tmp/agw-podman-e2e.XXXXXX)
+NS=agwe2e$$
+JOURNAL_SOCKET=/run/systemd/journal.$NS/socket
+JOURNALD_PID=
+NOTIFY_PID=
+T0=$(date +%s)
+
+say() { printf '[podman e2e %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
+fail() {
+  say "FAIL: $*"
+  exit 1
+}
+
+for tool in podman runc debootstrap journalctl; do
+  command -v "$tool" >/dev/null || fail "$tool is missing (.ci/run installs podman, runc, debootstrap and systemd)"
+done
+[ -x /lib/systemd/systemd-journald ] || fail "/lib/systemd/systemd-journald is missing"
+[ "$(id -u)" = 0 ] || fail "run as root (podman kube play with hostPath sockets, debootstrap)"
+
+# A Podman of our own: nothing here touches the machine's images, containers or networks.
+# runc and no default ulimits: this machine refuses the rlimits crun and Podman's defaults set.
+cat >"$WORK/containers.conf" <<EOF
+[containers]
+default_ulimits = []
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "$WORK/events.log"
+tmp_dir = "$WORK/libpod"
+[network]
+network_config_dir = "$WORK/networks"
+EOF
+cat >"$WORK/storage.conf" <<EOF
+[storage]
+driver = "overlay"
+graphroot = "$WORK/storage"
+runroot = "$WORK/run"
+EOF
+export CONTAINERS_CONF=$WORK/containers.conf CONTAINERS_STORAGE_CONF=$WORK/storage.conf
+
+cleanup() {
+  local status=$?
+  set +e
+  if [ "$status" != 0 ]; then
+    for c in agent-gateway-adapter agent-engineering-gateway-sidecar agent-qa-gateway-sidecar \
+      agent-engineering-agent agent-qa-agent; do
+      podman container exists "$c" 2>/dev/null && {
+        echo "--- podman logs $c (last 15 lines)"
+        podman logs --tail 15 "$c" 2>&1
+      }
+    done
+  fi
+  podman pod rm -f -t 0 agent-engineering agent-qa >/dev/null 2>&1
+  podman rm -f -t 0 agent-gateway-adapter >/dev/null 2>&1
+  podman system reset -f >/dev/null 2>&1
+  if [ -n "$NOTIFY_PID" ]; then
+    kill "$NOTIFY_PID" 2>/dev/null
+    wait "$NOTIFY_PID" 2>/dev/null
+  fi
+  if [ -n "$JOURNALD_PID" ]; then
+    kill "$JOURNALD_PID" 2>/dev/null
+    wait "$JOURNALD_PID" 2>/dev/null
+  fi
+  rm -rf "/run/systemd/journal.$NS" /var/log/journal/*."$NS"
+  if [ "${AGW_E2E_KEEP:-}" = 1 ]; then
+    say "kept $WORK"
+  else
+    rm -rf "$WORK"
+  fi
+  return "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- the base: what node:20-bookworm-slim is (Debian 12 minbase + Node 20 + npm), made here
+# because no image registry is reachable: debootstrap, plus this machine's own node, npm and
+# node's headers (node-gyp cannot download them either), and npm's global config with its CA.
+BASE=${AGW_E2E_NODE_BASE:-}
+if [ -z "$BASE" ]; then
+  BASE=localhost/agw-e2e-node-base:20
+  say "making the base image $BASE (debootstrap bookworm minbase + this machine's Node)"
+  rootfs=$WORK/rootfs
+  debootstrap --variant=minbase bookworm "$rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
+    { tail -20 "$WORK/debootstrap.log"; fail "debootstrap"; }
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  node_bin=$(readlink -f "$(command -v node)")
+  prefix=$(dirname "$(dirname "$node_bin")")
+  npm_dir=$prefix/lib/node_modules/npm
+  [ -d "$npm_dir" ] && [ -d "$prefix/include/node" ] || fail "no npm or node headers under $prefix"
+  mkdir -p "$rootfs$prefix/bin" "$rootfs$prefix/lib/node_modules" "$rootfs$prefix/include" \
+    "$rootfs$prefix/etc"
+  cp -a "$node_bin" "$rootfs$prefix/bin/node"
+  cp -a "$npm_dir" "$rootfs$prefix/lib/node_modules/"
+  cp -a "$prefix/include/node" "$rootfs$prefix/include/"
+  ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$rootfs$prefix/bin/npm"
+  ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$rootfs$prefix/bin/npx"
+  # npm's global config ($prefix/etc/npmrc): the headers we copied, and this machine's CA file
+  # (the registry is reached through a proxy that presents its own certificate)
+  printf 'nodedir=%s\nupdate-notifier=false\nfund=false\naudit=false\n' "$prefix" \
+    >"$rootfs$prefix/etc/npmrc"
+  cafile=$(npm config get cafile)
+  if [ -f "$cafile" ]; then
+    install -D -m 0644 "$cafile" "$rootfs$cafile"
+    echo "cafile=$cafile" >>"$rootfs$prefix/etc/npmrc"
+  fi
+  tar -C "$rootfs" -c . | podman import --change 'CMD ["node"]' - "$BASE" >"$WORK/import.log" 2>&1 ||
+    { cat "$WORK/import.log"; fail "podman import"; }
+  rm -rf "$rootfs"
+fi
+
+# --- the images, exactly as docs/deploy.md builds them
+for target in adapter sidecar; do
+  say "podman build --target $target"
+  podman build --format docker --network host --build-arg "NODE_BASE=$BASE" \
+    -f "$ROOT/docker/Dockerfile" --ignorefile "$ROOT/docker/Dockerfile.dockerignore" \
+    --target "$target" -t "localhost/agent-gateway-$target:$VERSION" "$ROOT" \
+    >"$WORK/build-$target.log" 2>&1 || { tail -30 "$WORK/build-$target.log"; fail "podman build $target"; }
+done
+base_size=$(podman image inspect --format '{{.Size}}' "$BASE")
+for target in adapter sidecar; do
+  size=$(podman image inspect --format '{{.Size}}' "localhost/agent-gateway-$target:$VERSION")
+  say "image agent-gateway-$target:$VERSION: $((size / 1000000)) MB, of which $(((size - base_size) / 1000000)) MB on top of the base ($((base_size / 1000000)) MB)"
+done
+
+# --- journald (namespace mode) standing in for the host's, and the pods' network
+/lib/systemd/systemd-journald "$NS" >"$WORK/journald.log" 2>&1 &
+JOURNALD_PID=$!
+for _ in $(seq 100); do [ -S "$JOURNAL_SOCKET" ] && break; sleep 0.1; done
+[ -S "$JOURNAL_SOCKET" ] || fail "journald $NS did not start"
+podman network create agents >/dev/null
+
+# --- the agent pods, from the shipped manifest: only the agent's name, the token file's and
+# journald socket's host paths, and the image tag are replaced
+pod_manifest() {
+  local agent=$1
+  sed -e "s/engineering/$agent/g" \
+    -e "s#path: /etc/agent-gateway/tokens/$agent,#path: $WORK/tokens/$agent,#" \
+    -e "s#path: /run/systemd/journal/socket,#path: $JOURNAL_SOCKET,#" \
+    -e "s#\(localhost/agent-gateway-sidecar\):[0-9A-Za-z.-]*#\1:$VERSION#" \
+    "$ROOT/k8s/podman/agent-pod.yaml" >"$WORK/agent-$agent.yaml"
+  grep -q "path: $WORK/tokens/$agent," "$WORK/agent-$agent.yaml" &&
+    grep -q "path: $JOURNAL_SOCKET," "$WORK/agent-$agent.yaml" ||
+    fail "k8s/podman/agent-pod.yaml changed shape: the token or journal hostPath was not found"
+}
+mkdir -p "$WORK/tokens"
+for agent in engineering qa; do
+  # the development tokens of k8s/topology.yaml; owned by the sidecar's uid, as in production
+  printf %s "dev-token-$agent" >"$WORK/tokens/$agent"
+  chown 10001:10001 "$WORK/tokens/$agent"
+  chmod 0400 "$WORK/tokens/$agent"
+  pod_manifest "$agent"
+  say "podman kube play agent-$agent (no adapter yet)"
+  podman kube play --network agents "$WORK/agent-$agent.yaml" >"$WORK/play-$agent.log" 2>&1 ||
+    { cat "$WORK/play-$agent.log"; fail "kube play agent-$agent"; }
+done
+
+# agent COMMAND ARGS: test/e2e/agent-call.cjs inside the agent's container, one JSON line out
+agent() {
+  local who=$1
+  shift
+  podman exec -i "agent-$who-agent" node - "$@" <"$HERE/agent-call.cjs" ||
+    fail "agent-call $* in $who's agent container"
+}
+field() { node -e 'let v=JSON.parse(process.argv[1]);for(const k of process.argv[2].split("."))v=v?.[k];console.log(typeof v==="object"?JSON.stringify(v):v)' "$1" "$2"; }
+started() { podman logs "agent-$1-agent" 2>&1 | grep -q 'agent runtime starting'; }
+
+# --- 1. the start gate
+for agent in engineering qa; do
+  podman exec "agent-$agent-agent" node /app/dist/cli/main.js wait-ready \
+    --url http://127.0.0.1:7070/healthz --timeout 30 || fail "$agent's sidecar did not come up"
+  out=$(agent "$agent" get /readyz)
+  [ "$(field "$out" status)" = 503 ] || fail "$agent: /readyz answered $out with no adapter"
+  ! started "$agent" || fail "$agent's runtime started before the adapter answered"
+done
+say "gate holds: both sidecars up, /readyz 503, neither agent runtime started"
+
+start_adapter() {
+  NOTIFY_SOCKET=$WORK/notify.sock podman start agent-gateway-adapter >/dev/null 2>>"$WORK/adapter.log"
+  for _ in $(seq 60); do
+    podman healthcheck run agent-gateway-adapter >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  fail "the adapter's HEALTHCHECK did not pass within 60 s"
+}
+# systemd's side of sd_notify, standing in for what a Quadlet unit with Notify=true gives it
+node -e '
+  const s = require(process.argv[1]).createSocket("unix_dgram", (m) => console.log(String(m)));
+  s.bind(process.argv[2]);' "$ROOT/node_modules/unix-dgram" "$WORK/notify.sock" >"$WORK/notify.log" 2>&1 &
+NOTIFY_PID=$!
+for _ in $(seq 50); do [ -S "$WORK/notify.sock" ] && break; sleep 0.1; done
+[ -S "$WORK/notify.sock" ] || fail "the sd_notify listener did not start"
+# as k8s/podman/agent-gateway-adapter.container runs it: read-only root, no capabilities, the
+# topology and the data volume mounted, journald's socket for its CRIT alerts, and the notify
+# socket passed into the container (Notify=true is --sdnotify=container)
+NOTIFY_SOCKET=$WORK/notify.sock podman create --name agent-gateway-adapter --network agents \
+  --read-only --cap-drop all --security-opt no-new-privileges --sdnotify=container \
+  -v "$ROOT/k8s/topology.yaml:/etc/agent-gateway/topology.yaml:ro" \
+  -v agent-gateway-adapter:/var/lib/agent-gateway \
+  -v "$JOURNAL_SOCKET:/run/systemd/journal/socket" \
+  "localhost/agent-gateway-adapter:$VERSION" >/dev/null 2>"$WORK/adapter-create.log" ||
+  { cat "$WORK/adapter-create.log"; fail "podman create adapter"; }
+start_adapter
+grep -qx 'READY=1' "$WORK/notify.log" || fail "no READY=1 from the adapter's container: $(cat "$WORK/notify.log")"
+say "adapter healthy: READY=1 came out of the container over sd_notify, and its HEALTHCHECK passed"
+for agent in engineering qa; do
+  for _ in $(seq 60); do started "$agent" && break; sleep 0.5; done
+  started "$agent" || fail "$agent's runtime did not start after the adapter came up"
+done
+say "gate opened: both agent runtimes started"
+
+# --- 2. engineering -> qa, through both sidecars
+out=$(agent engineering send product task/request '{"task_id":"T-1","description":"first, adapter up"}')
+[ "$(field "$out" status)" = 201 ] || fail "send T-1 answered $out"
+[ "$(field "$out" body.channel_sequence_id)" = 1 ] || fail "T-1 is not product #1: $out"
+out=$(agent qa receive 1 30)
+[ "$(field "$out" messages.0.payload.task_id)" = T-1 ] || fail "qa did not receive T-1: $out"
+[ "$(field "$out" messages.0.sender)" = engineering ] || fail "T-1's sender: $out"
+say "T-1: engineering sent (201, product #1), qa received and acked it"
+
+# --- 3. the adapter away: queued, and the emergency channel still works
+podman stop -t 10 agent-gateway-adapter >/dev/null 2>>"$WORK/adapter.log"
+out=$(agent engineering send product task/request '{"task_id":"T-2","description":"second, adapter down"}')
+[ "$(field "$out" status)" = 202 ] || fail "send T-2 with the adapter down answered $out"
+[ "$(field "$out" body.status)" = queued ] || fail "T-2 was not queued: $out"
+[ "$(field "$out" body.outbox_depth)" = 1 ] || fail "T-2: outbox depth $out"
+say "adapter stopped; T-2 answered 202 queued, outbox depth 1"
+out=$(agent engineering emergency e2e_check "written in the pod while the adapter is down")
+[ "$(field "$out" status)" = 202 ] || fail "emergency answered $out"
+entry=$(journalctl --namespace="$NS" -o json --no-pager AGW_REASON=e2e_check | head -1)
+[ -n "$entry" ] || fail "no journald entry for the emergency"
+[ "$(field "$entry" PRIORITY)" = 2 ] || fail "the emergency entry is not CRIT: $entry"
+[ "$(field "$entry" AGW_AGENT_ID)" = engineering ] || fail "the emergency entry's agent: $entry"
+say "emergency from the pod: a PRIORITY=2 entry in journald, AGW_AGENT_ID=engineering"
+
+start_adapter
+out=$(agent qa receive 1 120)
+[ "$(field "$out" messages.0.payload.task_id)" = T-2 ] || fail "qa did not receive T-2: $out"
+[ "$(field "$out" messages.0.channel_sequence_id)" = 2 ] || fail "T-2 is not product #2: $out"
+for _ in $(seq 20); do
+  out=$(agent engineering get /v1/status)
+  [ "$(field "$out" body.outbox.depth)" = 0 ] && break
+  sleep 0.5
+done
+[ "$(field "$out" body.outbox.depth)" = 0 ] || fail "engineering's outbox is not empty: $out"
+say "adapter back: T-2 drained and received as product #2, engineering's outbox empty"
+say "PASS"
