@@ -232,6 +232,13 @@ for agent in engineering qa; do
   started "$agent" || fail "$agent's runtime did not start after the adapter came up"
 done
 say "gate opened: both agent runtimes started"
+for c in agent-gateway-adapter agent-engineering-gateway-sidecar; do
+  [ "$(podman inspect --format '{{.HostConfig.ReadonlyRootfs}}' "$c")" = true ] ||
+    fail "$c runs with a writable root filesystem"
+  uid=$(podman exec "$c" node -p 'process.getuid()')
+  [ "$uid" = 10001 ] || fail "$c runs as uid $uid"
+done
+say "adapter and sidecar run as uid 10001 on a read-only root filesystem"
 
 # --- 2. engineering -> qa, through both sidecars
 out=$(agent engineering send product task/request '{"task_id":"T-1","description":"first, adapter up"}')
@@ -244,11 +251,14 @@ say "T-1: engineering sent (201, product #1), qa received and acked it"
 
 # --- 3. the adapter away: queued, and the emergency channel still works
 podman stop -t 10 agent-gateway-adapter >/dev/null 2>>"$WORK/adapter.log"
+t=$(date +%s%N)
 out=$(agent engineering send product task/request '{"task_id":"T-2","description":"second, adapter down"}')
+ms=$((($(date +%s%N) - t) / 1000000))
 [ "$(field "$out" status)" = 202 ] || fail "send T-2 with the adapter down answered $out"
 [ "$(field "$out" body.status)" = queued ] || fail "T-2 was not queued: $out"
 [ "$(field "$out" body.outbox_depth)" = 1 ] || fail "T-2: outbox depth $out"
-say "adapter stopped; T-2 answered 202 queued, outbox depth 1"
+why=$(field "$(agent engineering get /v1/status)" body.last_error)
+say "adapter stopped; T-2 answered 202 queued in $ms ms (podman exec included), outbox depth 1 ($why)"
 out=$(agent engineering emergency e2e_check "written in the pod while the adapter is down")
 [ "$(field "$out" status)" = 202 ] || fail "emergency answered $out"
 entry=$(journalctl --namespace="$NS" -o json --no-pager AGW_REASON=e2e_check | head -1)
