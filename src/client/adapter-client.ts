@@ -29,6 +29,13 @@ export interface AdapterClientOptions {
   readonly connections?: number;
   /** Deadline of one call, ms. Default 10,000. */
   readonly timeoutMs?: number;
+  /**
+   * Deadline of a new connection (name lookup and TCP handshake), ms. Default 2,000: on a pod
+   * network a handshake takes well under a millisecond, and an adapter whose address has
+   * vanished (a stopped container, a Service without endpoints behind a dropping firewall)
+   * would otherwise hold every call for the whole call deadline.
+   */
+  readonly connectTimeoutMs?: number;
 }
 
 export class AdapterClient {
@@ -42,6 +49,7 @@ export class AdapterClient {
     this.#pool = new Pool(this.url, {
       connections: opts.connections ?? 16,
       keepAliveTimeout: 30_000,
+      connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
     });
     this.#auth = `Bearer ${opts.token}`;
     this.#timeoutMs = opts.timeoutMs ?? 10_000;

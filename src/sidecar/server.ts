@@ -54,7 +54,11 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const { settings, logger, emergencies } = opts;
   mkdirSync(dirname(settings.outbox), { recursive: true });
   const outbox = new Outbox(settings.outbox, settings.outboxCapacity);
-  const client = new AdapterClient({ url: settings.adapterUrl, token: settings.agentToken });
+  const client = new AdapterClient({
+    url: settings.adapterUrl,
+    token: settings.agentToken,
+    connectTimeoutMs: settings.adapterConnectTimeoutMs,
+  });
   const breaker = new AdapterBreaker({
     ...opts.breaker,
     load: () => outbox.getState<StoredBreaker>('breaker'),

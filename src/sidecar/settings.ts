@@ -26,6 +26,8 @@ export const SIDECAR_SETTINGS = {
   /** Breaker reset timeout and drain retry: first value and cap, ms. Defaults 1000 and 60000. */
   breakerBaseMs: { env: 'AGW_BREAKER_BASE_MS', default: '1000' },
   breakerMaxMs: { env: 'AGW_BREAKER_MAX_MS', default: '60000' },
+  /** Deadline of a new connection to the adapter (lookup and handshake), ms. Default 2000. */
+  adapterConnectTimeoutMs: { env: 'AGW_ADAPTER_CONNECT_TIMEOUT_MS', default: '2000' },
   journalSocket: { env: 'AGW_JOURNAL_SOCKET', default: '/run/systemd/journal/socket' },
   log: { env: 'AGW_LOG', default: 'stdout' },
   logLevel: { env: 'AGW_LOG_LEVEL', default: 'info' },
@@ -46,6 +48,7 @@ export const SidecarSettingsSchema = z
     shutdownGraceMs: intSetting(0, 600_000),
     breakerBaseMs: intSetting(10, 3_600_000),
     breakerMaxMs: intSetting(10, 3_600_000),
+    adapterConnectTimeoutMs: intSetting(10, 60_000),
     journalSocket: z.string().min(1),
     log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {

@@ -3,9 +3,11 @@
  * SIGKILLed with a full outbox, a bounded outbox that refuses and raises a CRIT entry, and a
  * permanent error that is passed back and never queued.
  */
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { EMERGENCY_MESSAGE_ID } from '../../src/journald/emergency.js';
 import {
   type ChildAdapter,
@@ -213,6 +215,42 @@ describe('the sidecar', () => {
     sidecar.child.kill('SIGTERM');
     adapter.child.kill('SIGTERM');
     await Promise.all([sidecar.exited, adapter.exited]);
+  });
+
+  it('queues a send after the connect deadline when the adapter takes no connections', {
+    timeout: 8_000,
+  }, async () => {
+    // a listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs
+    // as it does to an address that has vanished (a stopped container, a dropping firewall)
+    const blackhole = spawn(
+      'python3',
+      [
+        '-c',
+        `import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(0)
+port = s.getsockname()[1]
+held = socket.create_connection(("127.0.0.1", port))
+print(port, flush=True)
+time.sleep(60)`,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    onTestFinished(() => {
+      blackhole.kill('SIGKILL');
+    });
+    const [line] = (await once(blackhole.stdout, 'data')) as [Buffer];
+    const sidecar = await sidecarFor('pm', `http://127.0.0.1:${Number(String(line).trim())}`, {
+      AGW_ADAPTER_CONNECT_TIMEOUT_MS: '200',
+    });
+    // without a connect deadline this send would wait out the 10 s call deadline
+    const res = await send(sidecar.url, 1);
+    expect(res.status).toBe(202);
+    expect(res.body.status).toBe('queued');
+    const status = (await call(sidecar.url, 'GET', '/v1/status')).body;
+    expect(status.last_error).toMatch(/Connect Timeout/);
+    expect(status.outbox.depth).toBe(1);
+    sidecar.child.kill('SIGKILL');
+    await sidecar.exited;
   });
 
   it('passes a permanent error back and queues nothing', { timeout: 30_000 }, async () => {
