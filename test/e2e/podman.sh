@@ -40,6 +40,7 @@ for tool in podman runc debootstrap journalctl; do
 done
 [ -x /lib/systemd/systemd-journald ] || fail "/lib/systemd/systemd-journald is missing"
 [ "$(id -u)" = 0 ] || fail "run as root (podman kube play with hostPath sockets, debootstrap)"
+[ -d "$ROOT/node_modules/unix-dgram" ] || fail "run npm ci first (the sd_notify listener uses unix-dgram)"
 
 # A Podman of our own: nothing here touches the machine's images, containers or networks.
 # runc and no default ulimits: this machine refuses the rlimits crun and Podman's defaults set.
@@ -259,6 +260,10 @@ ms=$((($(date +%s%N) - t) / 1000000))
 [ "$(field "$out" body.outbox_depth)" = 1 ] || fail "T-2: outbox depth $out"
 why=$(field "$(agent engineering get /v1/status)" body.last_error)
 say "adapter stopped; T-2 answered 202 queued in $ms ms (podman exec included), outbox depth 1 ($why)"
+if [ "$ms" -gt 1500 ]; then
+  # slower than the sidecar's 2 s connect deadline allows for: show what it met
+  podman logs agent-engineering-gateway-sidecar 2>&1 | grep -v '"level":30' | tail -5
+fi
 out=$(agent engineering emergency e2e_check "written in the pod while the adapter is down")
 [ "$(field "$out" status)" = 202 ] || fail "emergency answered $out"
 entry=$(journalctl --namespace="$NS" -o json --no-pager AGW_REASON=e2e_check | head -1)
