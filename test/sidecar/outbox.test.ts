@@ -6,6 +6,7 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { EMERGENCY_MESSAGE_ID } from '../../src/journald/emergency.js';
@@ -18,7 +19,7 @@ import {
   spawnSidecar,
 } from '../helpers/adapter.js';
 import { startJournal, type TestJournal } from '../helpers/journald.js';
-import { tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
+import { tempDir, tokenOf, topologyObject, writeTopology } from '../helpers/topology.js';
 
 let journal: TestJournal;
 const { dir, cleanup } = tempDir('agw-sidecar-');
@@ -36,11 +37,11 @@ afterAll(async () => {
   for (const p of running) if (p.child.exitCode === null) p.child.kill('SIGKILL');
 });
 
-async function adapterOn(db: string, port = 0): Promise<ChildAdapter> {
+async function adapterOn(db: string, port = 0, topologyFile = topology): Promise<ChildAdapter> {
   // a queue bound above what these tests pile up for qa, who reads only at the end
   const args = [
     '--topology',
-    topology,
+    topologyFile,
     '--db',
     db,
     '--listen',
@@ -251,6 +252,62 @@ time.sleep(60)`,
     expect(status.outbox.depth).toBe(1);
     sidecar.child.kill('SIGKILL');
     await sidecar.exited;
+  });
+
+  it('moves a queued message the adapter now refuses for good to the local dead letters, with a CRIT entry, and delivers the rest in order', {
+    timeout: 30_000,
+  }, async () => {
+    const db = join(dir, `refused-${randomUUID()}.db`);
+    let adapter = await adapterOn(db);
+    const port = portOf(adapter.url);
+    const sidecar = await sidecarFor('pm', adapter.url);
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
+      'the start gate',
+    );
+    adapter.child.kill('SIGKILL');
+    await adapter.exited;
+    // queued while pm may still post to product
+    const answers = [await send(sidecar.url, 0), await send(sidecar.url, 1, 'product')];
+    answers.push(await send(sidecar.url, 2));
+    for (const a of answers) expect(a.status).toBe(202);
+    const refusedKey = answers[1]!.body.idempotency_key as string;
+
+    // the adapter comes back with a topology that took pm out of product
+    const changed = topologyObject();
+    const product = changed.channels.find((c) => c.name === 'product')!;
+    product.members = product.members.filter((m) => m !== 'pm');
+    mkdirSync(join(dir, 'changed'), { recursive: true });
+    adapter = await adapterOn(db, port, writeTopology(join(dir, 'changed'), changed));
+    await until(
+      async () => (await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth === 0,
+      'the drain',
+    );
+    expect((await call(sidecar.url, 'GET', '/v1/status')).body.outbox.dead_letters).toBe(1);
+    expect(await (await fetch(`${sidecar.url}/metrics`)).text()).toMatch(
+      /agw_sidecar_local_dead_letters 1\n/,
+    );
+    await until(
+      async () =>
+        journal.read(`MESSAGE_ID=${EMERGENCY_MESSAGE_ID}`, `AGW_IDEMPOTENCY_KEY=${refusedKey}`)
+          .length > 0,
+      'the CRIT entry',
+    );
+    const [crit] = journal.read(
+      `MESSAGE_ID=${EMERGENCY_MESSAGE_ID}`,
+      `AGW_IDEMPOTENCY_KEY=${refusedKey}`,
+    );
+    expect(crit).toMatchObject({
+      PRIORITY: '2',
+      AGW_REASON: 'dead_letter',
+      AGW_STATUS: '403',
+      AGW_AGENT_ID: 'pm',
+    });
+    // the two around it were not held back by it, and kept their order
+    expect((await drainInbox(adapter.url)).map((d) => d.message.payload.n)).toEqual([0, 2]);
+    sidecar.child.kill('SIGTERM');
+    adapter.child.kill('SIGTERM');
+    await Promise.all([sidecar.exited, adapter.exited]);
   });
 
   it('passes a permanent error back and queues nothing', { timeout: 30_000 }, async () => {
