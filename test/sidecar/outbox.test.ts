@@ -81,6 +81,16 @@ async function until(check: () => Promise<boolean>, what: string, ms = 20_000) {
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+/** Until the sidecar's start gate is open (the adapter's /health answered). */
+const gateOpen = (sidecar: string) =>
+  until(async () => (await call(sidecar, 'GET', '/readyz')).status === 200, 'the start gate');
+/** Until the sidecar's outbox is empty. */
+const drained = (sidecar: string) =>
+  until(
+    async () => (await call(sidecar, 'GET', '/v1/status')).body.outbox.depth === 0,
+    'the drain',
+  );
+
 /** Everything qa can take from the adapter, acked as it goes. */
 async function drainInbox(adapterUrl: string, agent = 'qa'): Promise<Json[]> {
   const all: Json[] = [];
@@ -104,10 +114,7 @@ describe('the sidecar', () => {
     let adapter = await adapterOn(db);
     const port = portOf(adapter.url);
     const sidecar = await sidecarFor('pm', adapter.url);
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
-      'the start gate',
-    );
+    await gateOpen(sidecar.url);
     const first = await send(sidecar.url, -1);
     expect(first.status).toBe(201);
     expect(first.body.status).toBe('delivered');
@@ -122,10 +129,7 @@ describe('the sidecar', () => {
     expect((await call(sidecar.url, 'GET', '/readyz')).status).toBe(200); // stays open: the outbox covers it
 
     adapter = await adapterOn(db, port);
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth === 0,
-      'the drain',
-    );
+    await drained(sidecar.url);
     const got = await drainInbox(adapter.url);
     expect(got.map((d) => d.message.payload.n)).toEqual([
       -1,
@@ -146,10 +150,7 @@ describe('the sidecar', () => {
     let adapter = await adapterOn(db);
     const port = portOf(adapter.url);
     const sidecar = await sidecarFor('pm', adapter.url, { AGW_OUTBOX_CAPACITY: '5' });
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
-      'the start gate',
-    );
+    await gateOpen(sidecar.url);
     adapter.child.kill('SIGKILL');
     await adapter.exited;
     for (let n = 0; n < 5; n++) expect((await send(sidecar.url, n)).status).toBe(202);
@@ -169,10 +170,7 @@ describe('the sidecar', () => {
     expect(metrics).toMatch(/agw_sidecar_outbox_depth 5\n/);
 
     adapter = await adapterOn(db, port);
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth === 0,
-      'the drain',
-    );
+    await drained(sidecar.url);
     expect((await drainInbox(adapter.url)).map((d) => d.message.payload.n)).toEqual([
       0, 1, 2, 3, 4,
     ]);
@@ -189,10 +187,7 @@ describe('the sidecar', () => {
     let adapter = await adapterOn(db);
     const port = portOf(adapter.url);
     let sidecar = await sidecarFor('pm', adapter.url, { AGW_OUTBOX: outbox });
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
-      'the start gate',
-    );
+    await gateOpen(sidecar.url);
     adapter.child.kill('SIGKILL');
     await adapter.exited;
     for (let n = 0; n < 1000; n += 50) {
@@ -206,10 +201,7 @@ describe('the sidecar', () => {
 
     adapter = await adapterOn(db, port);
     sidecar = await sidecarFor('pm', adapter.url, { AGW_OUTBOX: outbox });
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth === 0,
-      'the drain',
-    );
+    await drained(sidecar.url);
     const got = (await drainInbox(adapter.url)).map((d) => d.message.payload.n as number);
     expect(got).toHaveLength(1000);
     expect(new Set(got).size).toBe(1000);
@@ -261,10 +253,7 @@ time.sleep(60)`,
     let adapter = await adapterOn(db);
     const port = portOf(adapter.url);
     const sidecar = await sidecarFor('pm', adapter.url);
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
-      'the start gate',
-    );
+    await gateOpen(sidecar.url);
     adapter.child.kill('SIGKILL');
     await adapter.exited;
     // queued while pm may still post to product
@@ -279,10 +268,7 @@ time.sleep(60)`,
     product.members = product.members.filter((m) => m !== 'pm');
     mkdirSync(join(dir, 'changed'), { recursive: true });
     adapter = await adapterOn(db, port, writeTopology(join(dir, 'changed'), changed));
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth === 0,
-      'the drain',
-    );
+    await drained(sidecar.url);
     expect((await call(sidecar.url, 'GET', '/v1/status')).body.outbox.dead_letters).toBe(1);
     expect(await (await fetch(`${sidecar.url}/metrics`)).text()).toMatch(
       /agw_sidecar_local_dead_letters 1\n/,
@@ -313,10 +299,7 @@ time.sleep(60)`,
   it('passes a permanent error back and queues nothing', { timeout: 30_000 }, async () => {
     const adapter = await adapterOn(join(dir, `perm-${randomUUID()}.db`));
     const sidecar = await sidecarFor('pm', adapter.url);
-    await until(
-      async () => (await call(sidecar.url, 'GET', '/readyz')).status === 200,
-      'the start gate',
-    );
+    await gateOpen(sidecar.url);
     const res = await send(sidecar.url, 1, 'platform'); // pm is not a member
     expect(res.status).toBe(403);
     expect(res.body.error).toBe('not_member');
