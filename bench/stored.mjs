@@ -29,25 +29,28 @@ function seed(file, n) {
   const t0 = Date.now() - 7 * 24 * 3600 * 1000;
   for (let done = 0; done < n; ) {
     const k = Math.min(20_000, n - done);
-    store.transaction(() => {
-      for (let i = 0; i < k; i++) {
+    store.commit(
+      Array.from({ length: k }, (_, i) => {
         const key = uuidv7();
-        store.append([
-          {
-            sender: 'pm',
-            idempotencyKey: key,
-            fingerprint: createHash('sha256').update(key).digest(),
-            channel: channels[(done + i) % channels.length],
-            kind: 'status',
-            priority: 'normal',
-            replyTo: null,
-            payloadJson,
-            receivedAt: t0 + done + i,
-            recipients: [],
-          },
-        ]);
-      }
-    });
+        return {
+          op: 'append',
+          drafts: [
+            {
+              sender: 'pm',
+              idempotencyKey: key,
+              fingerprint: createHash('sha256').update(key).digest(),
+              channel: channels[(done + i) % channels.length],
+              kind: 'status',
+              priority: 'normal',
+              replyTo: null,
+              payloadJson,
+              receivedAt: t0 + done + i,
+              recipients: [],
+            },
+          ],
+        };
+      }),
+    );
     done += k;
   }
   store.close();

@@ -1,42 +1,45 @@
 /**
- * Delivery: the long-poll inbox, acks and nacks, and the timer that turns expired leases into
- * failed attempts, makes retries ready and sends aggregated alerts.
+ * Delivery: the one door to deliveries. The long-poll inbox, acks and nacks, heartbeats, the
+ * alerts_to agent's view of agents and dead letters, and the timer that turns expired leases
+ * into failed attempts, makes retries ready and sends aggregated alerts.
  *
- * A waiting poll is woken in-process: after every commit, the agents that were given new
- * deliveries in it have their waiters woken, and each waiter leases again. No polling loop.
- * The timer is armed for the next moment something falls due (a lease expiry, a retry's
- * backoff end, an alert window), never on a fixed tick.
+ * A waiting poll is woken in-process: every commit's effects name the agents that were given
+ * new deliveries in it, and each of their waiters leases again. No polling loop. The timer is
+ * armed for the next moment something falls due (a lease expiry, a retry's backoff end, an
+ * alert window), never on a fixed tick, and re-armed only when a commit says timing changed.
  */
 import type { Logger } from 'pino';
+import type { Emergencies } from '../journald/emergency.js';
 import type { GatewayError } from '../protocol/errors.js';
-import type { SentAlert } from '../store/sqlite-deliveries.js';
-import type { DeliveryJson, SqliteStore } from '../store/sqlite-store.js';
+import type {
+  AgentState,
+  CommitEffects,
+  DeliveryJson,
+  OpResults,
+  SentAlert,
+  Store,
+} from '../store/store.js';
 import type { GroupCommit } from './group-commit.js';
-
-/** The longest a poll may wait (CONTRACT.md). */
-export const MAX_WAIT_S = 30;
 
 interface Waiter {
   readonly wake: (woken: boolean) => void;
 }
 
 export interface DeliveryOptions {
-  readonly store: SqliteStore;
+  readonly store: Store;
   readonly commits: GroupCommit;
   readonly now: () => number;
   readonly logger: Logger;
-  readonly alertsTo: string;
-  /** Each alert sent to alerts_to, once its transaction has committed. */
-  readonly onAlert?: (alert: SentAlert) => void;
+  /** CRIT journald entries for dead-letter and integrity alerts; none when absent. */
+  readonly emergencies?: Emergencies;
 }
 
 export class DeliveryService {
-  readonly #store: SqliteStore;
+  readonly #store: Store;
   readonly #commits: GroupCommit;
   readonly #now: () => number;
   readonly #logger: Logger;
-  readonly #alertsTo: string;
-  readonly #onAlert: ((alert: SentAlert) => void) | undefined;
+  readonly #emergencies: Emergencies | undefined;
   readonly #waiters = new Map<string, Set<Waiter>>();
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Number.POSITIVE_INFINITY;
@@ -47,8 +50,8 @@ export class DeliveryService {
     this.#commits = opts.commits;
     this.#now = opts.now;
     this.#logger = opts.logger;
-    this.#alertsTo = opts.alertsTo;
-    this.#onAlert = opts.onAlert;
+    this.#emergencies = opts.emergencies;
+    this.#commits.on('commit', (_stats, effects) => this.#afterCommit(effects));
   }
 
   /** Sweeps what fell due while the adapter was down, then keeps the timer armed. */
@@ -56,19 +59,12 @@ export class DeliveryService {
     return this.#sweep();
   }
 
-  /** After every commit: wake the agents that got deliveries; re-arm the timer if needed. */
-  afterCommit(): void {
-    const d = this.#store.deliveries;
-    for (const alert of d.takeAlerts()) this.#onAlert?.(alert);
-    for (const agent of d.takeTouched()) this.#wake(agent);
-    if (d.takeTimingChanged()) this.#arm();
-  }
-
-  /** Waiters still parked: for the metrics. */
-  get waiting(): number {
-    let n = 0;
-    for (const set of this.#waiters.values()) n += set.size;
-    return n;
+  /** Stops the timer and answers every parked poll with what it has (nothing). */
+  stop(): void {
+    this.#stopped = true;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    for (const set of this.#waiters.values()) for (const w of set) w.wake(false);
+    this.#waiters.clear();
   }
 
   /**
@@ -87,7 +83,7 @@ export class DeliveryService {
       gone = true;
     });
     for (;;) {
-      const got = await this.#lease(agent, max);
+      const got = await this.#commits.run({ op: 'lease', agent, max, now: this.#now() });
       if (got.length > 0 || gone || this.#stopped) return got;
       const left = deadline - this.#now();
       if (left <= 0) return [];
@@ -95,24 +91,29 @@ export class DeliveryService {
     }
   }
 
-  ack(agent: string, ids: readonly number[]) {
-    return this.#commits.run(() => this.#store.deliveries.ack(agent, ids));
+  async ack(agent: string, ids: readonly number[]) {
+    const r = await this.#commits.run({ op: 'ack', agent, ids });
+    return { acked: r.acked, dead_lettered: r.dead, unknown: r.unknown };
   }
 
-  nack(agent: string, ids: readonly number[]) {
-    return this.#commits.run(() => this.#store.deliveries.nack(agent, ids, this.#now()));
+  nack(agent: string, ids: readonly number[]): Promise<OpResults['nack']> {
+    return this.#commits.run({ op: 'nack', agent, ids, now: this.#now() });
   }
 
-  /** Stops the timer and answers every parked poll with what it has (nothing). */
-  stop(): void {
-    this.#stopped = true;
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
-    for (const set of this.#waiters.values()) for (const w of set) w.wake(false);
-    this.#waiters.clear();
+  heartbeat(agent: string): Promise<OpResults['heartbeat']> {
+    return this.#commits.run({ op: 'heartbeat', agent, now: this.#now() });
   }
 
-  #lease(agent: string, max: number): Promise<DeliveryJson[]> {
-    return this.#commits.run(() => this.#store.lease(agent, max, this.#now()), { late: true });
+  agents(ids: Iterable<string>): AgentState[] {
+    return this.#store.agents(ids);
+  }
+
+  deadLetters(after: number, limit: number): string[] {
+    return this.#store.deadLetters(after, limit);
+  }
+
+  replayDeadLetter(id: number): Promise<OpResults['replay_dead_letter']> {
+    return this.#commits.run({ op: 'replay_dead_letter', id, now: this.#now() });
   }
 
   /**
@@ -121,17 +122,46 @@ export class DeliveryService {
    */
   reportCorruption(agent: string, err: GatewayError): void {
     this.#logger.fatal({ agent, detail: this.#store.corruption }, `integrity: ${err.message}`);
+    const messageId = this.#store.corruption ?? '';
     this.#commits
-      .run(() =>
-        this.#store.deliveries.alert(
-          agent,
-          'checksum_mismatch',
-          this.#store.corruption ?? '',
-          0,
-          this.#now(),
-        ),
-      )
+      .run({
+        op: 'alert',
+        recipient: agent,
+        reason: 'checksum_mismatch',
+        messageId,
+        now: this.#now(),
+      })
       .catch((e: unknown) => this.#logger.error({ err: e }, 'could not raise the integrity alert'));
+  }
+
+  #afterCommit(fx: CommitEffects): void {
+    for (const alert of fx.alerts) this.#raise(alert);
+    for (const agent of fx.woken) this.#wake(agent);
+    if (fx.timingChanged) this.#arm();
+  }
+
+  /** Dead-letter and integrity alerts also go to journald as CRIT entries. */
+  #raise(a: SentAlert): void {
+    const reason =
+      a.kind === 'alert/integrity'
+        ? 'integrity'
+        : a.kind === 'alert/dead-letter'
+          ? 'dead_letter'
+          : undefined;
+    if (reason === undefined) return;
+    this.#emergencies?.raise({
+      reason,
+      message:
+        reason === 'integrity'
+          ? `stored message failed its checksum on ${a.payload.recipient}'s read`
+          : `${a.payload.count} deliveries to ${a.payload.recipient} dead-lettered (${a.payload.reason})`,
+      fields: {
+        AGW_RECIPIENT: a.payload.recipient,
+        AGW_DETAIL: a.payload.reason,
+        AGW_COUNT: a.payload.count,
+        AGW_MESSAGE_IDS: a.payload.message_ids.join(','),
+      },
+    });
   }
 
   #park(agent: string, ms: number, closed: Promise<unknown>): Promise<boolean> {
@@ -163,7 +193,7 @@ export class DeliveryService {
 
   #arm(): void {
     if (this.#stopped) return;
-    const due = this.#store.deliveries.nextDue(this.#now());
+    const due = this.#store.nextDue(this.#now());
     if (due === undefined || due >= this.#timerAt) return;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timerAt = due;
@@ -179,13 +209,9 @@ export class DeliveryService {
   }
 
   async #sweep(): Promise<void> {
-    await this.#commits.run(() => this.#store.deliveries.sweep(this.#now()));
+    await this.#commits.run({ op: 'sweep', now: this.#now() });
     // Retries whose backoff ended are ready now: every parked poll looks again.
     for (const agent of [...this.#waiters.keys()]) this.#wake(agent);
     this.#arm();
-  }
-
-  get alertsTo(): string {
-    return this.#alertsTo;
   }
 }

@@ -9,16 +9,12 @@
  * socket buffers to form the next group. Under load the group grows to match the fsync time;
  * alone, a request waits for nothing but its own commit.
  */
-import { GatewayError, isGatewayError } from '../protocol/errors.js';
+import { EventEmitter } from 'node:events';
+import { GatewayError } from '../protocol/errors.js';
+import type { CommitEffects, OpResult, Store, StoreOp } from '../store/store.js';
 
-/** What the group commit needs of a store: a transaction around a function. */
-export interface Transactional {
-  transaction<T>(fn: () => T): T;
-}
-
-interface Op {
-  readonly run: () => unknown;
-  readonly weight: number;
+interface Pending {
+  readonly op: StoreOp;
   readonly resolve: (value: unknown) => void;
   readonly reject: (err: unknown) => void;
 }
@@ -30,6 +26,14 @@ export interface CommitStats {
   readonly seconds: number;
 }
 
+/** What a group commit tells its listeners; emitted only on real transitions. */
+export interface GroupCommitEvents {
+  /** A group committed; before anyone in it is answered. */
+  commit: [stats: CommitStats, effects: CommitEffects];
+  /** A group's transaction failed and rolled back; everyone in it was told to retry. */
+  'commit:error': [err: unknown];
+}
+
 export interface GroupCommitOptions {
   /**
    * Weight (messages) that may wait for a commit at once; beyond it a write is refused with
@@ -38,26 +42,20 @@ export interface GroupCommitOptions {
    * worst).
    */
   readonly maxPending?: number;
-  /** After every commit that succeeded, before anyone is answered. */
-  readonly onCommit?: (stats: CommitStats) => void;
-  readonly onError?: (err: unknown) => void;
 }
 
-export class GroupCommit {
-  readonly #store: Transactional;
+export class GroupCommit extends EventEmitter<GroupCommitEvents> {
+  readonly #store: Pick<Store, 'commit'>;
   readonly #maxPending: number;
-  readonly #onCommit: ((stats: CommitStats) => void) | undefined;
-  readonly #onError: ((err: unknown) => void) | undefined;
-  #early: Op[] = [];
-  #late: Op[] = [];
+  #early: Pending[] = [];
+  #late: Pending[] = [];
   #pending = 0;
   #scheduled = false;
 
-  constructor(store: Transactional, opts: GroupCommitOptions = {}) {
+  constructor(store: Pick<Store, 'commit'>, opts: GroupCommitOptions = {}) {
+    super();
     this.#store = store;
     this.#maxPending = opts.maxPending ?? 10_000;
-    this.#onCommit = opts.onCommit;
-    this.#onError = opts.onError;
   }
 
   /** Weight waiting for the next commit. */
@@ -67,13 +65,13 @@ export class GroupCommit {
 
   /**
    * Runs `op` inside the next group's transaction and resolves with its result once that has
-   * committed. A GatewayError thrown by op rejects op alone (an op throws one only before it
+   * committed. A GatewayError from the op rejects it alone (an op refuses only before it
    * writes); any other error rolls the whole group back and rejects every op in it with 503
-   * `storage_error`. `late` ops run after the others of their group: the inbox leases last,
-   * so that a poll sees the messages committed in the same group.
+   * `storage_error`. Leases run after the others of their group, so that a poll sees the
+   * messages committed in the same group. An append weighs its number of messages.
    */
-  run<T>(op: () => T, opts: { weight?: number; late?: boolean } = {}): Promise<T> {
-    const weight = opts.weight ?? 0;
+  run<O extends StoreOp>(op: O): Promise<OpResult<O>> {
+    const weight = op.op === 'append' ? op.drafts.length : 0;
     if (weight > 0 && this.#pending + weight > this.#maxPending) {
       return Promise.reject(
         new GatewayError(
@@ -82,10 +80,9 @@ export class GroupCommit {
         ),
       );
     }
-    return new Promise<T>((resolve, reject) => {
-      (opts.late ? this.#late : this.#early).push({
-        run: op,
-        weight,
+    return new Promise<OpResult<O>>((resolve, reject) => {
+      (op.op === 'lease' ? this.#late : this.#early).push({
+        op,
         resolve: resolve as (v: unknown) => void,
         reject,
       });
@@ -100,48 +97,34 @@ export class GroupCommit {
   /** Commits everything queued now. Runs by itself; shutdown calls it to finish the queue. */
   flush(): void {
     this.#scheduled = false;
-    const ops = this.#late.length === 0 ? this.#early : [...this.#early, ...this.#late];
-    if (ops.length === 0) return;
+    const group = this.#late.length === 0 ? this.#early : [...this.#early, ...this.#late];
+    if (group.length === 0) return;
     this.#early = [];
     this.#late = [];
     const messages = this.#pending;
     this.#pending = 0;
     const started = process.hrtime.bigint();
-    let results: ({ ok: unknown } | { err: GatewayError })[];
+    let committed: ReturnType<Store['commit']>;
     try {
-      results = this.#store.transaction(() =>
-        ops.map((op) => {
-          try {
-            return { ok: op.run() };
-          } catch (err) {
-            if (isGatewayError(err)) return { err };
-            throw err;
-          }
-        }),
-      );
+      committed = this.#store.commit(group.map((p) => p.op));
     } catch (err) {
       // The transaction rolled back: nothing of this group was written, so nobody is acked
       // and every sender may retry with the same key.
-      this.#onError?.(err);
+      this.emit('commit:error', err);
       const failure = new GatewayError(
         'storage_error',
         'the message store could not commit; retry',
-        {
-          cause: err,
-        },
+        { cause: err },
       );
-      for (const op of ops) op.reject(failure);
+      for (const p of group) p.reject(failure);
       return;
     }
-    this.#onCommit?.({
-      messages,
-      operations: ops.length,
-      seconds: Number(process.hrtime.bigint() - started) / 1e9,
-    });
-    ops.forEach((op, i) => {
-      const r = results[i]!;
-      if ('ok' in r) op.resolve(r.ok);
-      else op.reject(r.err);
+    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    this.emit('commit', { messages, operations: group.length, seconds }, committed.effects);
+    group.forEach((p, i) => {
+      const r = committed.results[i]!;
+      if ('ok' in r) p.resolve(r.ok);
+      else p.reject(r.err);
     });
   }
 }

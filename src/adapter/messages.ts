@@ -1,23 +1,21 @@
 /**
- * The write path: POST /v1/messages and POST /v1/messages/batch. A body is checked, routed and
- * turned into a draft here; the group commit stores it; only then is the sender answered.
+ * Messages: the write path (POST /v1/messages and /v1/messages/batch) and channel replay. A body
+ * is checked, routed and turned into a draft here; the group commit stores it; only then is the
+ * sender answered.
  */
 import { type Assignment, parseEnvelope } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { parseJson } from '../protocol/http.js';
-import type { SqliteStore } from '../store/sqlite-store.js';
-import type { MessageDraft } from '../store/store.js';
+import { MAX_BATCH } from '../protocol/limits.js';
+import type { MessageDraft, Store } from '../store/store.js';
 import { fingerprint } from './fingerprint.js';
 import type { GroupCommit } from './group-commit.js';
-import { route } from './routing.js';
+import { assertReader, route } from './routing.js';
 import type { Topology } from './topology.js';
-
-/** Envelopes one batch request may carry (CONTRACT.md). */
-export const MAX_BATCH = 100;
 
 export interface WriteContext {
   readonly topology: Topology;
-  readonly store: SqliteStore;
+  readonly store: Store;
   readonly commits: GroupCommit;
   readonly maxMessageBytes: number;
   /** The clock: receipt times come from it. */
@@ -36,7 +34,7 @@ export async function postMessage(
   body: Buffer,
 ): Promise<{ status: 201 | 200; ack: Ack }> {
   const draft = toDraft(ctx, sender, parseJson(body), ctx.now());
-  const [outcome] = await ctx.commits.run(() => ctx.store.append([draft]), { weight: 1 });
+  const [outcome] = await ctx.commits.run({ op: 'append', drafts: [draft] });
   if (outcome === undefined) throw new Error('group commit returned no outcome');
   if (outcome.status === 'rejected') throw outcome.error;
   return {
@@ -84,9 +82,7 @@ export async function postBatch(
     }
   });
   if (drafts.length > 0) {
-    const outcomes = await ctx.commits.run(() => ctx.store.append(drafts), {
-      weight: drafts.length,
-    });
+    const outcomes = await ctx.commits.run({ op: 'append', drafts });
     outcomes.forEach((o, j) => {
       results[positions[j]!] =
         o.status === 'rejected'
@@ -95,6 +91,18 @@ export async function postBatch(
     });
   }
   return results;
+}
+
+/** A page of a channel's history, for its members, in sequence order. */
+export function readChannel(
+  ctx: WriteContext,
+  reader: string,
+  channel: string,
+  after: number,
+  limit: number,
+): string[] {
+  assertReader(ctx.topology, reader, channel);
+  return ctx.store.channelMessages(channel, after, limit);
 }
 
 function toDraft(

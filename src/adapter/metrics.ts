@@ -4,8 +4,9 @@
  * delivery counters are read from the store's tallies when /metrics is scraped.
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { SqliteStore } from '../store/sqlite-store.js';
-import type { CommitStats } from './group-commit.js';
+import { isGatewayError } from '../protocol/errors.js';
+import type { Store } from '../store/store.js';
+import type { GroupCommit } from './group-commit.js';
 
 export class AdapterMetrics {
   readonly registry = new Registry();
@@ -33,8 +34,13 @@ export class AdapterMetrics {
     registers: [this.registry],
   });
 
-  constructor(store: SqliteStore, agents: readonly string[]) {
-    const stats = store.deliveries.stats;
+  constructor(store: Store, commits: GroupCommit, agents: readonly string[]) {
+    commits.on('commit', (s) => {
+      this.#commitSize.observe(s.messages);
+      this.#commitSeconds.observe(s.seconds);
+    });
+    commits.on('commit:error', () => this.#commitErrors.inc());
+    const stats = store.stats;
     const tally = (name: string, help: string, read: () => number) =>
       new Gauge({
         name,
@@ -73,21 +79,20 @@ export class AdapterMetrics {
       labelNames: ['agent'],
       registers: [this.registry],
       collect() {
-        for (const agent of agents) this.set({ agent }, store.deliveries.depth(agent).all);
+        for (const agent of agents) this.set({ agent }, store.depth(agent).all);
       },
     });
   }
 
-  commit(stats: CommitStats): void {
-    this.#commitSize.observe(stats.messages);
-    this.#commitSeconds.observe(stats.seconds);
-  }
-
-  commitError(): void {
-    this.#commitErrors.inc();
-  }
-
-  answered(outcome: string, n = 1): void {
-    this.#messages.inc({ outcome }, n);
+  /** Counts the write path's answer: `outcome` of a success, else the error's code. */
+  async counted<T>(work: Promise<T>, outcome: (r: T) => string): Promise<T> {
+    try {
+      const r = await work;
+      this.#messages.inc({ outcome: outcome(r) });
+      return r;
+    } catch (err) {
+      this.#messages.inc({ outcome: isGatewayError(err) ? err.code : 'internal' });
+      throw err;
+    }
   }
 }

@@ -6,7 +6,6 @@
  * never waits behind more than one of them (a few milliseconds).
  */
 import type { Logger } from 'pino';
-import type { SqliteStore } from '../store/sqlite-store.js';
 import type { GroupCommit } from './group-commit.js';
 
 const DAY_MS = 24 * 3600 * 1000;
@@ -15,7 +14,6 @@ const HOUR_MS = 3600 * 1000;
 const BATCH = 200;
 
 export interface RetentionOptions {
-  readonly store: SqliteStore;
   readonly commits: GroupCommit;
   readonly now: () => number;
   readonly logger: Logger;
@@ -52,12 +50,12 @@ export class Retention {
   }
 
   async #pass(): Promise<number> {
-    const { store, commits, now, days, keepKinds, logger } = this.#o;
+    const { commits, now, days, keepKinds, logger } = this.#o;
     const before = now() - days * DAY_MS;
     let total = 0;
     for (;;) {
       try {
-        const n = await commits.run(() => store.prune(before, keepKinds, BATCH));
+        const n = await commits.run({ op: 'prune', before, keep: keepKinds, limit: BATCH });
         total += n;
         if (n < BATCH) break;
       } catch (err) {

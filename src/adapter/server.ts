@@ -1,32 +1,32 @@
 /**
- * The adapter's HTTP server: opens the store, listens, checks the store's integrity, and routes
- * requests. Shutdown stops intake, lets commits in flight finish and answer, then closes the
- * database.
+ * The adapter's HTTP server: wires the store it is given to the group commit, the delivery
+ * service, retention and metrics; listens; checks the store's integrity; serves the route table
+ * (routes.ts). Shutdown stops intake, lets commits in flight finish and answer, then closes the
+ * store.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { dirname } from 'node:path';
+import { createServer, type IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
 import type { SdNotify } from '../journald/sd-notify.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
-import { expectMethod, intParam, readBody, sendError, sendJson } from '../protocol/http.js';
-import { SqliteStore } from '../store/sqlite-store.js';
+import { listen, sendError } from '../protocol/http.js';
+import { RouteTable } from '../protocol/router.js';
+import type { Store } from '../store/store.js';
 import { DeliveryService } from './delivery.js';
-import { deliveryRoutes } from './delivery-routes.js';
 import { GroupCommit } from './group-commit.js';
-import { MAX_BATCH, postBatch, postMessage, type WriteContext } from './messages.js';
 import { AdapterMetrics } from './metrics.js';
 import { Retention } from './retention.js';
-import { allChannels, assertReader } from './routing.js';
+import { adapterRoutes, type Caller, type Who } from './routes.js';
+import { allChannels } from './routing.js';
 import type { AdapterSettings } from './settings.js';
 import { agentForTokenHash, type Topology } from './topology.js';
 
 export interface AdapterOptions {
   readonly settings: AdapterSettings;
   readonly topology: Topology;
+  /** The store, opened by the caller (store/open.ts); the adapter closes it. */
+  readonly store: Store;
   readonly logger: Logger;
   /** CRIT journald entries for dead-letter and integrity alerts; none when absent. */
   readonly emergencies?: Emergencies;
@@ -43,168 +43,73 @@ export interface Adapter {
   readonly ready: Promise<void>;
   readonly metrics: AdapterMetrics;
   readonly retention: Retention;
-  /** Stops intake, finishes and answers commits in flight, closes the database. */
+  /** Stops intake, finishes and answers commits in flight, closes the store. */
   close(): Promise<void>;
 }
 
-/** Replay page size: default and most per request. */
-const REPLAY_DEFAULT_LIMIT = 100;
-const REPLAY_MAX_LIMIT = 1000;
 /** How long shutdown waits for requests in flight before cutting their connections. */
 const SHUTDOWN_GRACE_MS = 10_000;
-const CHANNEL_PATH = /^\/v1\/channels\/([^/]+)\/messages$/;
 
 export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
-  const { settings, topology, logger } = opts;
+  const { settings, topology, logger, store } = opts;
   const now = opts.now ?? Date.now;
-  mkdirSync(dirname(settings.db), { recursive: true });
-  const store = new SqliteStore(settings.db, {
-    sync: settings.sync,
-    delivery: {
-      capacity: settings.queueCapacity,
-      leaseMs: settings.leaseMs,
-      maxRetries: settings.maxRetries,
-      retryBaseMs: settings.retryBaseMs,
-      alertsTo: topology.alertsTo,
-    },
-  });
   store.ensureChannels(allChannels(topology));
-  const metrics = new AdapterMetrics(store, [...topology.agents.keys()]);
-  let delivery: DeliveryService | undefined;
-  const commits = new GroupCommit(store, {
-    onCommit: (s) => {
-      metrics.commit(s);
-      delivery?.afterCommit();
-    },
-    onError: (err) => {
-      metrics.commitError();
-      logger.error({ err }, 'group commit failed; its senders were told to retry');
-    },
-  });
-  delivery = new DeliveryService({
+  const commits = new GroupCommit(store);
+  commits.on('commit:error', (err) =>
+    logger.error({ err }, 'group commit failed; its senders were told to retry'),
+  );
+  const metrics = new AdapterMetrics(store, commits, [...topology.agents.keys()]);
+  const delivery = new DeliveryService({
     store,
     commits,
     now,
     logger,
-    alertsTo: topology.alertsTo,
-    onAlert: (a) => {
-      const reason =
-        a.kind === 'alert/integrity'
-          ? 'integrity'
-          : a.kind === 'alert/dead-letter'
-            ? 'dead_letter'
-            : undefined;
-      if (reason === undefined) return;
-      opts.emergencies?.raise({
-        reason,
-        message:
-          reason === 'integrity'
-            ? `stored message failed its checksum on ${a.payload.recipient}'s read`
-            : `${a.payload.count} deliveries to ${a.payload.recipient} dead-lettered (${a.payload.reason})`,
-        fields: {
-          AGW_RECIPIENT: a.payload.recipient,
-          AGW_DETAIL: a.payload.reason,
-          AGW_COUNT: a.payload.count,
-          AGW_MESSAGE_IDS: a.payload.message_ids.join(','),
-        },
-      });
-    },
+    emergencies: opts.emergencies,
   });
   const retention = new Retention({
-    store,
     commits,
     now,
     logger,
     days: settings.retentionDays,
     keepKinds: settings.retentionKeepKinds,
   });
-  const ctx: WriteContext = {
-    topology,
-    store,
-    commits,
-    maxMessageBytes: settings.maxMessageBytes,
-    now,
-  };
-  const routes = deliveryRoutes({ topology, store, commits, delivery, now });
   let ready = false;
   let closing = false;
   let inFlight = 0;
   let idle: (() => void) | undefined;
 
-  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q < 0 ? url : url.slice(0, q);
-    if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
-    if (path === '/health') {
-      if (ready && !closing && store.corruption === undefined)
-        return sendJson(res, 200, { status: 'ready' });
-      throw new GatewayError(
-        'not_ready',
-        closing
-          ? 'the adapter is shutting down'
-          : store.corruption !== undefined
-            ? `integrity: ${store.corruption}`
-            : 'the store is not checked yet',
-      );
-    }
-    if (path === '/metrics') {
-      const text = await metrics.registry.metrics();
-      res.writeHead(200, { 'content-type': metrics.registry.contentType });
-      res.end(text);
-      return;
-    }
+  const table = new RouteTable<Who, Caller>(
+    adapterRoutes({
+      write: { topology, store, commits, maxMessageBytes: settings.maxMessageBytes, now },
+      delivery,
+      metrics,
+      topology,
+      health: () => {
+        if (ready && !closing && store.corruption === undefined) return;
+        throw new GatewayError(
+          'not_ready',
+          closing
+            ? 'the adapter is shutting down'
+            : store.corruption !== undefined
+              ? `integrity: ${store.corruption}`
+              : 'the store is not checked yet',
+        );
+      },
+    }),
+  );
+  const guard = (who: Who, req: IncomingMessage): Caller => {
+    if (who === 'public') return { agent: '' };
     if (closing)
       throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
     if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
     const agent = authenticate(topology, req);
-    try {
-      await route(req, res, url, path, q, agent);
-    } catch (err) {
-      if (isGatewayError(err) && err.code === 'integrity_error')
-        delivery.reportCorruption(agent, err);
-      throw err;
-    }
-  };
-
-  const route = async (
-    req: IncomingMessage,
-    res: ServerResponse,
-    url: string,
-    path: string,
-    q: number,
-    agent: string,
-  ): Promise<void> => {
-    const query = () => new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
-    if (path === '/v1/messages') {
-      expectMethod(req, 'POST');
-      const body = await readBody(req, settings.maxMessageBytes);
-      const { status, ack } = await counted(metrics, postMessage(ctx, agent, body), (r) =>
-        r.ack.duplicate ? 'duplicate' : 'created',
+    if (who === 'alerts_to' && agent !== topology.alertsTo) {
+      throw new GatewayError(
+        'not_alerts_agent',
+        `only ${topology.alertsTo} (alerts_to) may do this`,
       );
-      return sendJson(res, status, ack);
     }
-    if (path === '/v1/messages/batch') {
-      expectMethod(req, 'POST');
-      // Each item is held to the single-message limit; the whole body to a batch of them.
-      const body = await readBody(req, settings.maxMessageBytes * MAX_BATCH);
-      const results = await counted(metrics, postBatch(ctx, agent, body), () => 'batch');
-      return sendJson(res, 200, { results });
-    }
-    const channelPath = CHANNEL_PATH.exec(path);
-    if (channelPath !== null) {
-      expectMethod(req, 'GET');
-      const channel = decodeURIComponent(channelPath[1]!);
-      assertReader(topology, agent, channel);
-      const params = query();
-      const after = intParam(params, 'after', 0, 0, Number.MAX_SAFE_INTEGER);
-      const limit = intParam(params, 'limit', REPLAY_DEFAULT_LIMIT, 1, REPLAY_MAX_LIMIT);
-      const rows = store.channelMessages(channel, after, limit);
-      return sendJson(res, 200, `{"messages":[${rows.join(',')}]}`);
-    }
-    const answer = await routes(req, res, path, query, agent);
-    if (answer !== undefined) return sendJson(res, answer.status ?? 200, answer.body);
-    throw new GatewayError('not_found', `no endpoint ${req.method} ${path}`);
+    return { agent };
   };
 
   const server = createServer((req, res) => {
@@ -213,29 +118,35 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     res.once('close', () => {
       if (--inFlight === 0) idle?.();
     });
-    handle(req, res).catch((err: unknown) => {
-      if (res.headersSent || res.destroyed) {
-        res.destroy();
-        return;
-      }
-      if (isGatewayError(err)) return sendError(res, err);
-      logger.error({ err, method: req.method, url: req.url }, 'request failed');
-      sendError(res, new GatewayError('internal', 'the adapter failed to handle the request'));
-    });
+    let caller = '';
+    table
+      .serve(req, res, (who, r) => {
+        const c = guard(who, r);
+        caller = c.agent;
+        return c;
+      })
+      .catch((err: unknown) => {
+        if (isGatewayError(err) && err.code === 'integrity_error')
+          delivery.reportCorruption(caller, err);
+        if (res.headersSent || res.destroyed) {
+          res.destroy();
+          return;
+        }
+        if (isGatewayError(err)) return sendError(res, err);
+        logger.error({ err, method: req.method, url: req.url }, 'request failed');
+        sendError(res, new GatewayError('internal', 'the adapter failed to handle the request'));
+      });
   });
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(settings.listen.port, settings.listen.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const address = server.address() as AddressInfo;
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  const url = `http://${host}:${address.port}`;
+  let url: string;
+  try {
+    url = await listen(server, settings.listen);
+  } catch (err) {
+    store.close();
+    throw err;
+  }
 
-  const readyPromise = store.quickCheck().then(async (problems) => {
+  const readyPromise = store.checkIntegrity().then(async (problems) => {
     if (problems.length > 0) {
       throw new Error(
         `PRAGMA quick_check found ${problems.length} problem(s): ${problems.slice(0, 3).join('; ')}`,
@@ -284,19 +195,4 @@ function authenticate(topology: Topology, req: IncomingMessage): string {
   if (agent === undefined)
     throw new GatewayError('unauthorized', 'the bearer token belongs to no agent');
   return agent.id;
-}
-
-async function counted<T>(
-  metrics: AdapterMetrics,
-  work: Promise<T>,
-  outcome: (r: T) => string,
-): Promise<T> {
-  try {
-    const r = await work;
-    metrics.answered(outcome(r));
-    return r;
-  } catch (err) {
-    metrics.answered(isGatewayError(err) ? err.code : 'internal');
-    throw err;
-  }
 }

@@ -3,7 +3,8 @@
  * default. docs/reference/configuration.md describes them for operators.
  */
 import { z } from 'zod';
-import { intSetting, listenSetting, type SettingSpec } from '../cli/settings.js';
+import { DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
+import { intSetting, listenSetting, type SettingSpec } from '../settings.js';
 
 export const ADAPTER_SETTINGS = {
   /** Where the adapter listens. Default 0.0.0.0:8080. */
@@ -15,7 +16,7 @@ export const ADAPTER_SETTINGS = {
   /** full (default) or normal: see SyncMode in store/sqlite-store.ts for what normal risks. */
   sync: { env: 'AGW_SYNC', default: 'full' },
   /** Largest message (request body of POST /v1/messages), bytes. Default 262144 (256 KiB). */
-  maxMessageBytes: { env: 'AGW_MAX_MESSAGE_BYTES', default: '262144' },
+  maxMessageBytes: { env: 'AGW_MAX_MESSAGE_BYTES', default: String(DEFAULT_MAX_MESSAGE_BYTES) },
   /** Per-agent bounded queue. Default 500. */
   queueCapacity: { env: 'AGW_QUEUE_CAPACITY', default: '500' },
   /** How long a delivery waits for its ack, ms. Default 30000. */
@@ -69,3 +70,17 @@ export const AdapterSettingsSchema = z.strictObject({
 });
 
 export type AdapterSettings = z.output<typeof AdapterSettingsSchema>;
+
+/** What the store needs of the settings: its durability and the delivery rules. */
+export function storeOptions(settings: AdapterSettings, alertsTo: string) {
+  return {
+    sync: settings.sync,
+    delivery: {
+      capacity: settings.queueCapacity,
+      leaseMs: settings.leaseMs,
+      maxRetries: settings.maxRetries,
+      retryBaseMs: settings.retryBaseMs,
+      alertsTo,
+    },
+  } as const;
+}

@@ -5,12 +5,13 @@
  */
 
 import { startAdapter } from '../adapter/server.js';
-import { ADAPTER_SETTINGS, AdapterSettingsSchema } from '../adapter/settings.js';
+import { ADAPTER_SETTINGS, AdapterSettingsSchema, storeOptions } from '../adapter/settings.js';
 import { loadTopology } from '../adapter/topology.js';
 import { Emergencies } from '../journald/emergency.js';
 import { SdNotify } from '../journald/sd-notify.js';
 import { JournalWriter } from '../journald/writer.js';
 import { createLogger } from '../log.js';
+import { openStore } from '../store/open.js';
 import { readSettings, SettingsError } from './settings.js';
 
 export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
@@ -42,7 +43,9 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   };
   let adapter: Awaited<ReturnType<typeof startAdapter>>;
   try {
-    adapter = await startAdapter({ settings, topology, logger, emergencies, notify });
+    // The composition root: the store is chosen here, from AGW_DB.
+    const store = openStore(settings.db, storeOptions(settings, topology.alertsTo));
+    adapter = await startAdapter({ settings, topology, store, logger, emergencies, notify });
   } catch (err) {
     logger.fatal({ err }, `adapter cannot start: ${(err as Error).message}`);
     return finish(1);

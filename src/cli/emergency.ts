@@ -7,12 +7,7 @@
 import { z } from 'zod';
 import { Emergencies } from '../journald/emergency.js';
 import { JournalWriter } from '../journald/writer.js';
-import { readSettings, type SettingSpec, SettingsError } from './settings.js';
-
-const SPECS = {
-  journalSocket: { env: 'AGW_JOURNAL_SOCKET', default: '/run/systemd/journal/socket' },
-  agentId: { env: 'AGW_AGENT_ID' },
-} as const satisfies Record<string, SettingSpec>;
+import { EMERGENCY_SETTINGS, readSettings, SettingsError } from './settings.js';
 
 const Schema = z.strictObject({
   journalSocket: z.string().min(1, 'must not be empty'),
@@ -31,7 +26,7 @@ export async function runEmergency(
     else if (a.startsWith('--reason=')) reason = a.slice(9);
     else rest.push(a);
   }
-  const { settings, positionals } = readSettings(SPECS, Schema, rest, env);
+  const { settings, positionals } = readSettings(EMERGENCY_SETTINGS, Schema, rest, env);
   if (reason === undefined || !/^[a-z][a-z0-9_]{0,63}$/.test(reason)) {
     throw new SettingsError(
       '--reason: needs a short reason in lower case (manual, outbox_full, ...)',

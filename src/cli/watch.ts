@@ -4,11 +4,8 @@
  */
 import { z } from 'zod';
 import { watch } from '../journald/watch.js';
-import { readSettings, type SettingSpec, SettingsError } from './settings.js';
+import { readSettings, SettingsError, WATCH_SETTINGS } from './settings.js';
 
-const SPECS = {
-  namespace: { env: 'AGW_JOURNAL_NAMESPACE', flag: '--namespace' },
-} as const satisfies Record<string, SettingSpec>;
 const Schema = z.strictObject({ namespace: z.string().min(1).optional() });
 
 export async function runWatch(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
@@ -25,7 +22,7 @@ export async function runWatch(argv: readonly string[], env: NodeJS.ProcessEnv):
     if (value === undefined) throw new SettingsError(`--${m[1]}: needs a value`);
     args[m[1] as 'since' | 'forward'] = value;
   }
-  const { settings, positionals } = readSettings(SPECS, Schema, rest, env);
+  const { settings, positionals } = readSettings(WATCH_SETTINGS, Schema, rest, env);
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
   if (args.forward !== undefined && !/^https?:\/\//.test(args.forward)) {
     throw new SettingsError('--forward: must be an http:// or https:// URL');

@@ -75,3 +75,15 @@ export class GatewayError extends Error {
 export function isGatewayError(err: unknown): err is GatewayError {
   return err instanceof GatewayError;
 }
+
+/**
+ * The one retry rule: may this answer of the adapter's succeed later unchanged? For one of our
+ * codes, the catalogue says. An error answer without one of our codes did not come from the
+ * adapter (a proxy or load balancer in between): 429 and 5xx are worth retrying, the rest not.
+ */
+export function isRetryableAnswer(status: number, code: unknown): boolean {
+  if (typeof code === 'string' && Object.hasOwn(ERRORS, code)) {
+    return ERRORS[code as ErrorCode].retryable;
+  }
+  return status === 429 || status >= 500;
+}

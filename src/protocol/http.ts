@@ -2,7 +2,8 @@
  * The HTTP plumbing both programs share: bounded body reads and JSON answers whose error bodies
  * come from the one catalogue (errors.ts).
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { GatewayError } from './errors.js';
 
 /**
@@ -60,16 +61,6 @@ export function sendError(res: ServerResponse, err: GatewayError): void {
   sendJson(res, err.status, err.toJSON());
 }
 
-/** Refuses a request whose method the endpoint does not take. */
-export function expectMethod(req: IncomingMessage, method: string): void {
-  if (req.method !== method) {
-    throw new GatewayError(
-      'method_not_allowed',
-      `${req.url?.split('?')[0]} takes ${method}, not ${req.method}`,
-    );
-  }
-}
-
 /** An integer query parameter within bounds; a bad one is a 400 naming it. */
 export function intParam(
   query: URLSearchParams,
@@ -87,4 +78,17 @@ export function intParam(
     });
   }
   return n;
+}
+
+/** Listens on host:port (port 0: any free one); resolves with the URL it listens on. */
+export function listen(server: Server, at: { host: string; port: number }): Promise<string> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(at.port, at.host, () => {
+      server.off('error', reject);
+      const address = server.address() as AddressInfo;
+      const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+      resolve(`http://${host}:${address.port}`);
+    });
+  });
 }

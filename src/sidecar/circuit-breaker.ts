@@ -9,6 +9,7 @@
  * memory), so a restarted sidecar resumes an open breaker instead of hammering a down adapter.
  */
 import CircuitBreaker from 'opossum';
+import { backoff } from './backoff.js';
 
 export type BreakerStateName = 'closed' | 'open' | 'half_open';
 
@@ -33,8 +34,6 @@ export interface BreakerOptions {
   readonly errorThresholdPercentage?: number;
   /** Deadline of one call, ms. Default 10,000. */
   readonly timeoutMs?: number;
-  /** Errors that are not the adapter's fault (a 4xx answer): they do not count. */
-  readonly isFailure?: (err: unknown) => boolean;
   readonly random?: () => number;
   readonly load?: () => StoredBreaker | undefined;
   readonly save?: (s: StoredBreaker) => void;
@@ -61,14 +60,12 @@ export class AdapterBreaker {
     const stored = opts.load?.();
     this.#step = stored?.step ?? 0;
     this.#openedAt = stored?.openedAt ?? null;
-    const isFailure = opts.isFailure ?? (() => true);
     // Ours, not a caller's: opossum writes its defaults into it.
     this.#options = <CircuitBreaker.Options>{
       timeout: opts.timeoutMs ?? 10_000,
       resetTimeout: stored?.state === 'open' ? stored.resetMs : this.#baseMs,
       volumeThreshold: opts.volumeThreshold ?? 5,
       errorThresholdPercentage: opts.errorThresholdPercentage ?? 50,
-      errorFilter: (err: unknown) => !isFailure(err),
       ...(stored !== undefined && stored.state !== 'closed'
         ? {
             state: {
@@ -82,8 +79,12 @@ export class AdapterBreaker {
     this.#breaker = new CircuitBreaker((fn: () => Promise<unknown>) => fn(), this.#options);
     this.#breaker.prependListener('open', () => {
       // full jitter over an exponentially growing cap: 1 s, 2 s, 4 s ... 60 s
-      const cap = Math.min(this.#maxMs, this.#baseMs * 2 ** this.#step);
-      this.#options.resetTimeout = Math.max(1, Math.round(cap * this.#random()));
+      const wait = backoff(this.#step, {
+        baseMs: this.#baseMs,
+        maxMs: this.#maxMs,
+        random: this.#random,
+      });
+      this.#options.resetTimeout = Math.max(1, Math.round(wait));
       this.#step++;
       this.#openedAt = Date.now();
       this.#changed();
@@ -129,8 +130,4 @@ export class AdapterBreaker {
     this.#save?.(s);
     this.#onTransition?.(s);
   }
-}
-
-export function isOpenBreakerError(err: unknown): boolean {
-  return (err as { code?: string } | null)?.code === 'EOPENBREAKER';
 }

@@ -8,14 +8,15 @@
  * (Two sends in flight at once have no order between them; the order is that of acceptance.)
  */
 import type { Logger } from 'pino';
-import { type AdapterClient, type AdapterResponse, isRetryable } from '../client/adapter-client.js';
 import type { Emergencies } from '../journald/emergency.js';
-import { GatewayError } from '../protocol/errors.js';
-import { uuidv7 } from '../protocol/ids.js';
+import { GatewayError, isRetryableAnswer } from '../protocol/errors.js';
+import { MAX_BATCH } from '../protocol/limits.js';
+import type { AdapterClient, AdapterResponse } from './adapter-client.js';
+import { type BackoffOptions, backoff } from './backoff.js';
 import type { AdapterBreaker } from './circuit-breaker.js';
 import type { Outbox, Queued } from './outbox.js';
 
-/** The adapter answered, but retryably (5xx, 429): counts as a failure for the breaker. */
+/** The adapter answered, but retryably (the catalogue's rule): a failure for the breaker. */
 export class RetryableAnswer extends Error {
   override name = 'RetryableAnswer';
   constructor(readonly response: AdapterResponse) {
@@ -31,20 +32,13 @@ export interface ForwarderOptions {
   readonly outbox: Outbox;
   readonly emergencies: Emergencies;
   readonly logger: Logger;
-  /** Backoff of the drain while the adapter is away: base and cap, ms. */
-  readonly retryBaseMs?: number;
-  readonly retryMaxMs?: number;
-  readonly random?: () => number;
+  /** Backoff of the drain while the adapter is away. */
+  readonly backoff: BackoffOptions;
   /** Each acknowledged send's channel and number (the inbox counts them as handed over). */
   readonly onAssigned?: (channel: string, seq: number) => void;
 }
 
-/** Messages per drain request (the batch endpoint's most). */
-const DRAIN_BATCH = 100;
-
 export class Forwarder {
-  lastContact: number | null = null;
-  lastError: string | null = null;
   /** Sends refused because the outbox was full, since start. */
   refusedFull = 0;
   readonly #o: ForwarderOptions;
@@ -57,17 +51,19 @@ export class Forwarder {
     this.#o = opts;
   }
 
-  /** Sends one envelope (already checked); answers as CONTRACT.md's sidecar section says. */
-  async send(envelope: Record<string, unknown>): Promise<SendAnswer> {
-    const key = typeof envelope.idempotency_key === 'string' ? envelope.idempotency_key : uuidv7();
-    const body = JSON.stringify({ ...envelope, idempotency_key: key, sender: undefined });
+  /**
+   * Sends one envelope, already checked and carrying its idempotency key; answers as
+   * CONTRACT.md's sidecar section says.
+   */
+  async send(envelope: Record<string, unknown> & { idempotency_key: string }): Promise<SendAnswer> {
+    const key = envelope.idempotency_key;
+    const body = JSON.stringify({ ...envelope, sender: undefined });
     const { outbox, breaker } = this.#o;
     if (outbox.depth > 0 || breaker.state === 'open') return this.#queue(key, body);
     let res: AdapterResponse;
     try {
       res = await this.#call('POST', '/v1/messages', body);
-    } catch (err) {
-      this.#noted(err);
+    } catch {
       return this.#queue(key, body);
     }
     if (res.status === 201 || res.status === 200) this.#assigned(JSON.parse(res.body));
@@ -114,10 +110,9 @@ export class Forwarder {
   async #call(method: 'GET' | 'POST', path: string, body?: string): Promise<AdapterResponse> {
     const res = await this.#o.breaker.fire(async () => {
       const r = await this.#o.client.request(method, path, body);
-      if (isRetryable(r.status)) throw new RetryableAnswer(r);
+      if (r.retryable) throw new RetryableAnswer(r);
       return r;
     });
-    this.lastContact = Date.now();
     this.kick(); // any success shows the adapter is back
     return res;
   }
@@ -153,7 +148,7 @@ export class Forwarder {
     const { outbox, client, logger, emergencies } = this.#o;
     while (!this.#stopped && outbox.depth > 0) {
       if (this.#o.breaker.state === 'open' && !(await client.health())) return 0;
-      const batch = outbox.peek(DRAIN_BATCH);
+      const batch = outbox.peek(MAX_BATCH);
       let res: AdapterResponse;
       try {
         res = await this.#call(
@@ -162,13 +157,12 @@ export class Forwarder {
           `{"messages":[${batch.map((q) => q.body).join(',')}]}`,
         );
       } catch (err) {
-        this.#noted(err);
         return err instanceof RetryableAnswer ? (err.response.retryAfterS ?? 0) : 0;
       }
       if (res.status !== 200) {
         // the batch as a whole refused: not a retryable answer (those were thrown), so it is a
         // bug on one side; keep everything and say so
-        this.lastError = `drain refused: ${res.status} ${res.body.slice(0, 200)}`;
+        client.lastError = `drain refused: ${res.status} ${res.body.slice(0, 200)}`;
         logger.error(
           { status: res.status, body: res.body.slice(0, 500) },
           'the adapter refused a drain batch',
@@ -176,7 +170,12 @@ export class Forwarder {
         return 0;
       }
       const { results } = JSON.parse(res.body) as {
-        results: { status: number; channel?: string; channel_sequence_id?: number }[];
+        results: {
+          status: number;
+          error?: string;
+          channel?: string;
+          channel_sequence_id?: number;
+        }[];
       };
       const delivered: number[] = [];
       const refused: { q: Queued; status: number; answer: string }[] = [];
@@ -184,7 +183,7 @@ export class Forwarder {
       for (let i = 0; i < batch.length; i++) {
         const r = results[i];
         const q = batch[i]!;
-        if (r === undefined || isRetryable(r.status)) {
+        if (r === undefined || isRetryableAnswer(r.status, r.error)) {
           stopAt = i; // keep this one and the rest, in order, for the next try
           break;
         }
@@ -214,21 +213,15 @@ export class Forwarder {
   /** Tries the drain again after a backoff (exponential, full jitter, capped), or Retry-After. */
   #schedule(retryAfterS?: number): void {
     if (this.#stopped || this.#timer !== undefined || this.#draining !== undefined) return;
-    const base = this.#o.retryBaseMs ?? 1000;
-    const cap = Math.min(this.#o.retryMaxMs ?? 60_000, base * 2 ** this.#delayStep);
-    this.#delayStep = Math.min(this.#delayStep + 1, 30);
     const wait =
       retryAfterS !== undefined
         ? retryAfterS * 1000
-        : Math.max(50, cap * (this.#o.random ?? Math.random)());
+        : Math.max(50, backoff(this.#delayStep, this.#o.backoff));
+    this.#delayStep = Math.min(this.#delayStep + 1, 30);
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       this.kick();
     }, wait);
-  }
-
-  #noted(err: unknown): void {
-    this.lastError = err instanceof Error ? err.message : String(err);
   }
 }
 

@@ -3,7 +3,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { intSetting, listenSetting, type SettingSpec } from '../cli/settings.js';
+import { intSetting, listenSetting, type SettingSpec } from '../settings.js';
 
 export const SIDECAR_SETTINGS = {
   /** Where the sidecar listens. Default 127.0.0.1:7070: loopback, the pod is the trust boundary. */

@@ -1,30 +1,37 @@
 /**
- * The SQLite store: WAL, statements prepared once, numbered migrations. Its write methods run
- * inside transaction(), which the group commit opens once per group; the delivery half lives
- * in sqlite-deliveries.ts.
+ * The SQLite store: WAL, statements prepared once, numbered migrations (sql.ts). A group of
+ * operations runs in one transaction (commit); messages with their idempotency keys, sequences
+ * and checksums are kept here, the per-recipient deliveries in sqlite-deliveries.ts, alert
+ * aggregation in sqlite-alerts.ts.
  */
-import { createRequire } from 'node:module';
-import { Worker } from 'node:worker_threads';
 import { crc32 } from 'node:zlib';
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { ADAPTER_SENDER, type Assignment } from '../protocol/envelope.js';
-import { GatewayError } from '../protocol/errors.js';
+import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
+import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
+import { quickCheck } from './quick-check.js';
 import { MIGRATIONS, SQL } from './sql.js';
-import { Deliveries, type DeliveryConfig } from './sqlite-deliveries.js';
-import type { AppendOutcome, MessageDraft } from './store.js';
+import { Alerts, type DueAlert } from './sqlite-alerts.js';
+import { Deliveries } from './sqlite-deliveries.js';
+import { CommitEffectsLog } from './sqlite-effects.js';
+import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
+import {
+  type AgentState,
+  type AppendOutcome,
+  type Committed,
+  DEFAULT_DELIVERY,
+  type DeliveryConfig,
+  type DeliveryJson,
+  type DeliveryStats,
+  type MessageDraft,
+  type OpResults,
+  type Settled,
+  type Store,
+  type StoreOp,
+} from './store.js';
 
-/**
- * - `full` (default): the WAL is fsynced at every commit, so an acknowledged message survives
- *   power loss. With group commit that is one fsync per batch, not per message.
- * - `normal`: the WAL is fsynced only at checkpoints. A process crash (SIGKILL, OOM) still loses
- *   nothing, since committed pages are in the OS page cache; a power loss or kernel crash can
- *   lose the transactions committed since the last checkpoint (up to ~1000 pages of WAL by
- *   default), i.e. messages that were already acknowledged.
- */
-export type SyncMode = 'full' | 'normal';
-
-const SYNC_LEVEL: Record<SyncMode, number> = { normal: 1, full: 2 };
+export type { SyncMode } from './sqlite-file.js';
 
 interface KeyRow {
   message_id: string;
@@ -34,6 +41,30 @@ interface KeyRow {
   fingerprint: Buffer;
 }
 
+interface BodyRow {
+  id: number;
+  body: string;
+  checksum: number;
+}
+
+interface DeadRow extends BodyRow {
+  reason: string;
+  attempts: number;
+  recipient: string;
+  created_at: number;
+  replay_delivery: number | null;
+  message: number;
+}
+
+interface DeadOne {
+  id: number;
+  message: number;
+  recipient: string;
+  replay_delivery: number | null;
+  priority: number;
+  message_id: string;
+}
+
 export interface SqliteStoreOptions {
   /** full (default) or normal; see SyncMode. */
   readonly sync?: SyncMode;
@@ -41,40 +72,43 @@ export interface SqliteStoreOptions {
   readonly delivery?: Partial<DeliveryConfig>;
 }
 
-/** One ready-to-send JSON object per delivery, as the inbox answers it. */
-export type DeliveryJson = string;
-
-export class SqliteStore {
-  readonly deliveries: Deliveries;
+export class SqliteStore implements Store {
+  readonly stats: DeliveryStats = {
+    enqueued: 0,
+    handedOut: 0,
+    redelivered: 0,
+    acked: 0,
+    deadLetters: { lease_expired: 0, nacked: 0, evicted: 0, queue_full: 0 },
+    alerts: 0,
+  };
+  corruption: string | undefined;
   readonly #db: Database.Database;
   readonly #file: string;
+  readonly #alertsTo: string;
+  readonly #fx = new CommitEffectsLog();
+  readonly #alerts: Alerts;
+  readonly #deliveries: Deliveries;
   readonly #s;
-  readonly #tx: <T>(fn: () => T) => T;
-  /** Set once a stored message failed its checksum: /health turns 503 and stays there. */
-  corruption: string | undefined;
+  readonly #tx: (ops: readonly StoreOp[]) => Settled[];
 
   constructor(file: string, opts: SqliteStoreOptions = {}) {
-    const sync = opts.sync ?? 'full';
     this.#file = file;
-    this.#db = new Database(file);
-    try {
-      this.#db.pragma('journal_mode = WAL');
-      // Set on every open and read back: better-sqlite3 connections start at the compiled-in
-      // default, so a mode set once on another connection does not carry over.
-      this.#db.pragma(`synchronous = ${sync.toUpperCase()}`);
-      const level = this.#db.pragma('synchronous', { simple: true });
-      if (level !== SYNC_LEVEL[sync])
-        throw new Error(`synchronous=${sync} did not take (got ${level})`);
-      // Another connection (the quick_check worker, an operator's sqlite3) may hold a lock for a
-      // moment; wait for it rather than fail a commit.
-      this.#db.pragma('busy_timeout = 5000');
-      migrate(this.#db);
-    } catch (err) {
-      this.#db.close();
-      throw err;
-    }
-    const db = this.#db;
-    const p = <T = unknown>(sql: string) => db.prepare<unknown[], T>(sql);
+    this.#db = openSqlite(file, {
+      sync: opts.sync ?? 'full',
+      migrations: MIGRATIONS,
+      program: 'adapter',
+    });
+    const cfg: Required<DeliveryConfig> = {
+      ...DEFAULT_DELIVERY,
+      alertWindowMs: 30_000,
+      random: Math.random,
+      alertsTo: '',
+      ...opts.delivery,
+    };
+    this.#alertsTo = cfg.alertsTo;
+    this.#alerts = new Alerts(this.#db, cfg.alertWindowMs, this.#fx, this.stats);
+    this.#deliveries = new Deliveries(this.#db, cfg, this.#alerts, this.#fx, this.stats);
+    const p = <T = unknown>(sql: string) => this.#db.prepare<unknown[], T>(sql);
     this.#s = {
       lastSeq: p<number>(SQL.lastSeq).pluck(),
       nextSeq: p<number>(SQL.nextSeq).pluck(),
@@ -93,42 +127,65 @@ export class SqliteStore {
       pruneDeliveries: p(SQL.pruneDeliveries),
       pruneMessage: p(SQL.pruneMessage),
     };
-    const wrap = db.transaction((fn: () => unknown) => fn());
-    this.#tx = <T>(fn: () => T) => wrap(fn) as T;
-    const alertsTo = opts.delivery?.alertsTo ?? '';
-    this.deliveries = new Deliveries(
-      db,
-      {
-        capacity: 500,
-        leaseMs: 30_000,
-        maxRetries: 3,
-        retryBaseMs: 1000,
-        ...opts.delivery,
-        alertsTo,
-      },
-      (kind, payload, now) => this.#appendAlert(alertsTo, kind, payload, now),
-    );
+    this.#tx = this.#db.transaction((ops: readonly StoreOp[]) => ops.map((op) => this.#settle(op)));
   }
 
-  /**
-   * Runs fn in one transaction: when this returns, the commit (and with synchronous=FULL its
-   * fsync) is done, so callers may answer. If fn throws, everything it wrote is rolled back.
-   */
-  transaction<T>(fn: () => T): T {
+  commit(ops: readonly StoreOp[]): Committed {
+    this.#fx.clear();
     try {
-      return this.#tx(fn);
+      const results = this.#tx(ops);
+      return { results, effects: this.#fx.take() };
     } catch (err) {
-      this.deliveries.reloadDepths();
+      // Rolled back: the depths counted in memory and the alerts that fell due never happened.
+      this.#deliveries.reloadDepths();
+      this.#alerts.forget();
+      this.#fx.clear();
       throw err;
     }
   }
 
-  /** Appends drafts in order (inside transaction()): one outcome per draft. */
-  append(drafts: readonly MessageDraft[]): AppendOutcome[] {
-    return drafts.map((d) => this.#appendOne(d));
+  /** One operation; a GatewayError (thrown before it wrote anything) settles it alone. */
+  #settle(op: StoreOp): Settled {
+    try {
+      const ok = this.#run(op);
+      this.#writeDueAlerts();
+      return { ok };
+    } catch (err) {
+      if (isGatewayError(err)) return { err };
+      throw err;
+    }
   }
 
-  #appendOne(d: MessageDraft): AppendOutcome {
+  #run(op: StoreOp): OpResults[StoreOp['op']] {
+    switch (op.op) {
+      case 'append':
+        return op.drafts.map((d) => this.#append(d));
+      case 'lease':
+        return this.#lease(op.agent, op.max, op.now);
+      case 'ack':
+        return this.#deliveries.ack(op.agent, op.ids);
+      case 'nack':
+        return this.#deliveries.nack(op.agent, op.ids, op.now);
+      case 'heartbeat': {
+        this.#s.touchAgent.run(op.agent, op.now);
+        const d = this.#deliveries.depth(op.agent);
+        return { pending: d.all, critical_pending: d.critical };
+      }
+      case 'sweep':
+        this.#deliveries.sweep(op.now);
+        this.#alerts.flushDue(op.now);
+        return undefined;
+      case 'replay_dead_letter':
+        return this.#replayDeadLetter(op.id, op.now);
+      case 'alert':
+        this.#alerts.raise(op.recipient, op.reason, op.messageId, 0, op.now);
+        return undefined;
+      case 'prune':
+        return this.#prune(op.before, op.keep, op.limit);
+    }
+  }
+
+  #append(d: MessageDraft): AppendOutcome {
     const prior = this.#s.findByKey.get(d.sender, d.idempotencyKey);
     if (prior !== undefined) {
       if (!prior.fingerprint.equals(d.fingerprint)) {
@@ -140,16 +197,8 @@ export class SqliteStore {
           ),
         );
       }
-      return {
-        status: 200,
-        assignment: assignment(
-          prior.message_id,
-          prior.channel,
-          prior.seq,
-          prior.received_at,
-          d.idempotencyKey,
-        ),
-      };
+      const a = assignment(prior.message_id, prior.channel, prior.seq, prior.received_at, d);
+      return { status: 200, assignment: a };
     }
     if (d.replyTo !== null) {
       const last = this.#s.lastSeq.get(d.channel) ?? 0;
@@ -165,7 +214,7 @@ export class SqliteStore {
     }
     const seq = this.#s.nextSeq.get(d.channel);
     if (seq === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
-    const a = assignment(uuidv7(d.receivedAt), d.channel, seq, d.receivedAt, d.idempotencyKey);
+    const a = assignment(uuidv7(d.receivedAt), d.channel, seq, d.receivedAt, d);
     const body = messageJson(a, d);
     const priority = d.priority === 'critical' ? 1 : 0;
     const { lastInsertRowid } = this.#s.insertMessage.run(
@@ -184,102 +233,57 @@ export class SqliteStore {
     const row = Number(lastInsertRowid);
     const quiet = d.sender === ADAPTER_SENDER;
     for (const r of d.recipients) {
-      this.deliveries.enqueue(row, a.message_id, r, priority, d.receivedAt, quiet);
+      this.#deliveries.enqueue(row, a.message_id, r, priority, d.receivedAt, quiet);
     }
     return { status: 201, assignment: a };
   }
 
-  /** The adapter's own message to @alertsTo, critical, in the caller's transaction. */
-  #appendAlert(alertsTo: string, kind: string, payload: object, now: number): void {
-    const payloadJson = JSON.stringify(payload);
-    this.#appendOne({
+  /**
+   * An alert is a message from the adapter to @alertsTo, critical, written in the same
+   * transaction as what caused it. Writing one can evict from alerts_to's queue, which can make
+   * the next alert due: the loop ends because each (recipient, reason) falls due at most once a
+   * window.
+   */
+  #writeDueAlerts(): void {
+    for (let due = this.#alerts.takeDue(); due.length > 0; due = this.#alerts.takeDue()) {
+      for (const a of due) this.#writeAlert(a);
+    }
+  }
+
+  #writeAlert(a: DueAlert): void {
+    this.#append({
       sender: ADAPTER_SENDER,
-      idempotencyKey: uuidv7(now),
+      idempotencyKey: uuidv7(a.at),
       fingerprint: Buffer.alloc(32),
-      channel: `@${alertsTo}`,
-      kind,
+      channel: `@${this.#alertsTo}`,
+      kind: a.kind,
       priority: 'critical',
       replyTo: null,
-      payloadJson,
-      receivedAt: now,
-      recipients: [alertsTo],
+      payloadJson: JSON.stringify(a.payload),
+      receivedAt: a.at,
+      recipients: [this.#alertsTo],
     });
+    this.#fx.alerts.push({ kind: a.kind, payload: a.payload });
   }
 
-  /** Messages of a channel after afterSeq, in order, checksums verified. */
-  channelMessages(channel: string, afterSeq: number, limit: number): string[] {
-    return this.#s.channelMessages.all(channel, afterSeq, limit).map((r) => this.#verified(r));
-  }
-
-  /**
-   * Hands out up to `max` of the agent's ready deliveries (inside transaction()). Every
-   * message is checked before anything is leased, so a corrupt one fails the read whole.
-   */
-  lease(agent: string, max: number, now: number): DeliveryJson[] {
-    const ready = this.deliveries.ready(agent, max, now);
+  /** Every message is checked before anything is leased, so a corrupt one fails the read whole. */
+  #lease(agent: string, max: number, now: number): DeliveryJson[] {
+    const ready = this.#deliveries.ready(agent, max, now);
     if (ready.length === 0) return [];
     const bodies = ready.map((r) => this.#verified(this.#s.messageBody.get(r.message)!));
-    const attempts = this.deliveries.lease(
+    const attempts = this.#deliveries.lease(
       ready.map((r) => r.id),
       now,
     );
-    const expires = JSON.stringify(new Date(now + this.deliveries.leaseMs).toISOString());
-    return ready.map(
-      (r, i) =>
-        `{"delivery_id":${r.id},"attempt":${attempts[i]},"lease_expires_at":${expires},"message":${bodies[i]}}`,
-    );
+    const expires = now + this.#deliveries.leaseMs;
+    return ready.map((r, i) => deliveryJson(r.id, attempts[i]!, expires, bodies[i]!));
   }
 
-  /** Records a heartbeat; answers the agent's queue (pending = handed out or not, unacked). */
-  heartbeat(agent: string, now: number): { pending: number; critical_pending: number } {
-    this.#s.touchAgent.run(agent, now);
-    const d = this.deliveries.depth(agent);
-    return { pending: d.all, critical_pending: d.critical };
-  }
-
-  /** Every known agent's last heartbeat and queue depth. */
-  agents(
-    ids: Iterable<string>,
-  ): { id: string; last_seen: string | null; queue_depth: number; critical_depth: number }[] {
-    const seen = new Map(this.#s.agents.all().map((r) => [r.id, r.last_seen]));
-    return [...ids].map((id) => {
-      const d = this.deliveries.depth(id);
-      const at = seen.get(id);
-      return {
-        id,
-        last_seen: at === undefined || at === null ? null : new Date(at).toISOString(),
-        queue_depth: d.all,
-        critical_depth: d.critical,
-      };
-    });
-  }
-
-  /** Dead letters with id > after, oldest first, as JSON objects with their message. */
-  deadLetters(after: number, limit: number): string[] {
-    return this.#s.deadLetters
-      .all(after, limit)
-      .map(
-        (r) =>
-          `{"id":${r.id},"reason":${JSON.stringify(r.reason)},"attempts":${r.attempts},"recipient":${JSON.stringify(
-            r.recipient,
-          )},"dead_lettered_at":${JSON.stringify(new Date(r.created_at).toISOString())},"replay_delivery_id":${
-            r.replay_delivery ?? 'null'
-          },"message":${this.#verified({ id: r.message, body: r.body, checksum: r.checksum })}}`,
-      );
-  }
-
-  /**
-   * A fresh delivery for a dead letter (inside transaction()); a second replay of the same
-   * dead letter returns the first one's delivery and makes nothing new.
-   */
-  replayDeadLetter(
-    id: number,
-    now: number,
-  ): { delivery_id: number; replayed: boolean } | undefined {
+  #replayDeadLetter(id: number, now: number): OpResults['replay_dead_letter'] {
     const dl = this.#s.deadLetter.get(id);
     if (dl === undefined) return undefined;
     if (dl.replay_delivery !== null) return { delivery_id: dl.replay_delivery, replayed: false };
-    const delivery = this.deliveries.replay(
+    const delivery = this.#deliveries.enqueue(
       dl.message,
       dl.message_id,
       dl.recipient,
@@ -290,12 +294,8 @@ export class SqliteStore {
     return { delivery_id: delivery, replayed: true };
   }
 
-  /**
-   * Prunes up to `limit` messages received before `before` (inside transaction()), with their
-   * deliveries, dead letters and idempotency keys, except the kinds in `keep` and messages a
-   * delivery still waits for. Returns how many went.
-   */
-  prune(before: number, keep: readonly string[], limit: number): number {
+  /** With their deliveries, dead letters and idempotency keys. */
+  #prune(before: number, keep: readonly string[], limit: number): number {
     const ids = this.#s.prunable.all(before, JSON.stringify(keep), limit);
     for (const id of ids) {
       this.#s.pruneDead.run(id);
@@ -306,19 +306,63 @@ export class SqliteStore {
   }
 
   ensureChannels(names: Iterable<string>): void {
-    this.transaction(() => {
+    this.#db.transaction(() => {
       for (const n of names) this.#s.ensureChannel.run(n);
+    })();
+  }
+
+  channelMessages(channel: string, afterSeq: number, limit: number): string[] {
+    return this.#s.channelMessages.all(channel, afterSeq, limit).map((r) => this.#verified(r));
+  }
+
+  deadLetters(after: number, limit: number): string[] {
+    return this.#s.deadLetters.all(after, limit).map((r) =>
+      deadLetterJson(
+        {
+          id: r.id,
+          reason: r.reason,
+          attempts: r.attempts,
+          recipient: r.recipient,
+          deadLetteredAt: r.created_at,
+          replayDeliveryId: r.replay_delivery,
+        },
+        this.#verified({ id: r.message, body: r.body, checksum: r.checksum }),
+      ),
+    );
+  }
+
+  agents(ids: Iterable<string>): AgentState[] {
+    const seen = new Map(this.#s.agents.all().map((r) => [r.id, r.last_seen]));
+    return [...ids].map((id) => {
+      const d = this.#deliveries.depth(id);
+      const at = seen.get(id);
+      return {
+        id,
+        last_seen: at === undefined || at === null ? null : new Date(at).toISOString(),
+        queue_depth: d.all,
+        critical_depth: d.critical,
+      };
     });
+  }
+
+  depth(agent: string): { all: number; critical: number } {
+    return this.#deliveries.depth(agent);
+  }
+
+  nextDue(now: number): number | undefined {
+    const times = [this.#deliveries.nextDue(now), this.#alerts.nextDue()].filter(
+      (t): t is number => t !== undefined,
+    );
+    return times.length === 0 ? undefined : Math.min(...times);
   }
 
   /** The synchronous mode the connection really has, read back from SQLite. */
   get synchronous(): SyncMode | number {
-    const level = this.#db.pragma('synchronous', { simple: true }) as number;
-    return level === 2 ? 'full' : level === 1 ? 'normal' : level;
+    return synchronousOf(this.#db);
   }
 
-  quickCheck(): Promise<string[]> {
-    return runQuickCheck(this.#file);
+  checkIntegrity(): Promise<string[]> {
+    return quickCheck(this.#file);
   }
 
   close(): void {
@@ -337,44 +381,23 @@ export class SqliteStore {
   }
 }
 
-interface BodyRow {
-  id: number;
-  body: string;
-  checksum: number;
-}
-
-interface DeadRow {
-  id: number;
-  reason: string;
-  attempts: number;
-  recipient: string;
-  created_at: number;
-  replay_delivery: number | null;
-  message: number;
-  body: string;
-  checksum: number;
-}
-
-interface DeadOne {
-  id: number;
-  message: number;
-  recipient: string;
-  replay_delivery: number | null;
-  priority: number;
-  message_id: string;
-}
-
 function rejected(error: GatewayError): AppendOutcome {
   return { status: 'rejected', error };
 }
 
-function assignment(id: string, channel: string, seq: number, at: number, key: string): Assignment {
+function assignment(
+  id: string,
+  channel: string,
+  seq: number,
+  at: number,
+  d: MessageDraft,
+): Assignment {
   return {
     message_id: id,
     channel,
     channel_sequence_id: seq,
     timestamp_iso8601: new Date(at).toISOString(),
-    idempotency_key: key,
+    idempotency_key: d.idempotencyKey,
   };
 }
 
@@ -393,44 +416,4 @@ function messageJson(a: Assignment, d: MessageDraft): string {
     ...(d.replyTo === null ? {} : { reply_to_sequence_id: d.replyTo }),
   });
   return `${head.slice(0, -1)},"payload":${d.payloadJson}}`;
-}
-
-function migrate(db: Database.Database): void {
-  const current = db.pragma('user_version', { simple: true }) as number;
-  if (current > MIGRATIONS.length) {
-    throw new Error(
-      `database schema version ${current} is newer than this adapter knows (${MIGRATIONS.length}); use a newer adapter`,
-    );
-  }
-  for (let v = current; v < MIGRATIONS.length; v++) {
-    db.transaction(() => {
-      db.exec(MIGRATIONS[v]!);
-      db.pragma(`user_version = ${v + 1}`);
-    })();
-  }
-}
-
-// PRAGMA quick_check reads every page: seconds on a large file. It runs on its own read-only
-// connection in a worker thread so /healthz keeps answering meanwhile. The worker is plain
-// JavaScript evaluated from a string so it runs the same from src/ (tests) and dist/.
-const QUICK_CHECK_WORKER = `
-const { parentPort, workerData } = require('node:worker_threads');
-const Database = require(workerData.module);
-let db;
-try {
-  db = new Database(workerData.file, { readonly: true, fileMustExist: true });
-  parentPort.postMessage({ rows: db.pragma('quick_check', { simple: false }).map((r) => r.quick_check) });
-} catch (err) {
-  parentPort.postMessage({ rows: ['cannot run quick_check: ' + err.message] });
-} finally {
-  if (db) db.close();
-}`;
-
-function runQuickCheck(file: string): Promise<string[]> {
-  const module = createRequire(import.meta.url).resolve('better-sqlite3');
-  return new Promise((resolve, reject) => {
-    const worker = new Worker(QUICK_CHECK_WORKER, { eval: true, workerData: { file, module } });
-    worker.once('message', (m: { rows: string[] }) => resolve(m.rows.filter((r) => r !== 'ok')));
-    worker.once('error', reject);
-  });
 }

@@ -1,8 +1,27 @@
 /**
- * The types the write path hands the store (sqlite-store.ts) and gets back.
+ * The Store: what the adapter needs of its storage, in the adapter's words. The adapter types
+ * against this interface only; which store it gets is decided once, by openStore (open.ts),
+ * from the composition root. test/store/conformance.ts holds every store to these promises.
+ *
+ * Writes come as a group of typed operations, committed together in one transaction (the group
+ * commit, adapter/group-commit.ts): an append with its fan-out, a lease, an ack, a nack, a
+ * sweep. What the group changed that the adapter must act on (polls to wake, alerts to raise,
+ * a timer to re-arm) comes back with the results as one value, CommitEffects. Reads need no
+ * transaction.
  */
 import type { Assignment, Priority } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
+
+/** The states of a delivery row (one per recipient of a message). */
+export const DeliveryState = {
+  /** Waiting: ready once its available_at has passed (at once, or after a retry's backoff). */
+  pending: 0,
+  /** Handed to its agent, waiting for the ack until its lease expires. */
+  leased: 1,
+  acked: 2,
+  deadLetter: 3,
+} as const;
+export type DeliveryState = (typeof DeliveryState)[keyof typeof DeliveryState];
 
 /** A validated, routed message on its way into the store. */
 export interface MessageDraft {
@@ -26,3 +45,163 @@ export interface MessageDraft {
 export type AppendOutcome =
   | { readonly status: 201 | 200; readonly assignment: Assignment }
   | { readonly status: 'rejected'; readonly error: GatewayError };
+
+/** Bounds, leases, retries and the alert recipient. */
+export interface DeliveryConfig {
+  /** Pending plus leased deliveries one agent may hold. Default 500. */
+  readonly capacity: number;
+  /** How long a handed-out delivery waits for its ack, ms. Default 30,000. */
+  readonly leaseMs: number;
+  /** Redeliveries after the first, then dead-letter. Default 3. */
+  readonly maxRetries: number;
+  /** Backoff base, ms: attempt n waits base × 2^(n−1), ×0.75–1.25 jitter. Default 1,000. */
+  readonly retryBaseMs: number;
+  /** The agent alerts go to. */
+  readonly alertsTo: string;
+  /** At most one alert per (recipient, reason) in this window, ms. Default 30,000. */
+  readonly alertWindowMs?: number;
+  /** For jitter; tests pass a fixed one. */
+  readonly random?: () => number;
+}
+
+export const DEFAULT_DELIVERY: Omit<DeliveryConfig, 'alertsTo'> = {
+  capacity: 500,
+  leaseMs: 30_000,
+  maxRetries: 3,
+  retryBaseMs: 1000,
+};
+
+export type DeadLetterReason = 'lease_expired' | 'nacked' | 'evicted' | 'queue_full';
+export type AlertReason = DeadLetterReason | 'critical_overrun' | 'checksum_mismatch';
+
+/** The payload of an alert message to alerts_to (CONTRACT.md, "Alerts"). */
+export interface AlertPayload {
+  readonly reason: string;
+  readonly recipient: string;
+  readonly count: number;
+  readonly message_ids: readonly string[];
+  readonly attempts: number;
+}
+
+/** An alert the store wrote to alerts_to as a message. */
+export interface SentAlert {
+  readonly kind: string;
+  readonly payload: AlertPayload;
+}
+
+/** Counters the metrics read, since the store opened. */
+export interface DeliveryStats {
+  enqueued: number;
+  handedOut: number;
+  redelivered: number;
+  acked: number;
+  deadLetters: Record<DeadLetterReason, number>;
+  alerts: number;
+}
+
+/** One JSON object per delivery, ready to send, as the inbox answers it. */
+export type DeliveryJson = string;
+
+/** One write of a group. */
+export type StoreOp =
+  | { readonly op: 'append'; readonly drafts: readonly MessageDraft[] }
+  /** Hands out up to `max` ready deliveries of `agent` (critical channels first, sequence order). */
+  | { readonly op: 'lease'; readonly agent: string; readonly max: number; readonly now: number }
+  | { readonly op: 'ack'; readonly agent: string; readonly ids: readonly number[] }
+  | {
+      readonly op: 'nack';
+      readonly agent: string;
+      readonly ids: readonly number[];
+      readonly now: number;
+    }
+  | { readonly op: 'heartbeat'; readonly agent: string; readonly now: number }
+  /** Expired leases become failed attempts; alerts whose window has passed go out. */
+  | { readonly op: 'sweep'; readonly now: number }
+  /** A fresh delivery for a dead letter; a second replay returns the first one's delivery. */
+  | { readonly op: 'replay_dead_letter'; readonly id: number; readonly now: number }
+  /** Raises (or counts towards) an aggregated alert about `recipient`. */
+  | {
+      readonly op: 'alert';
+      readonly recipient: string;
+      readonly reason: AlertReason;
+      readonly messageId: string;
+      readonly now: number;
+    }
+  /** Up to `limit` messages received before `before`, except kinds in `keep` and undelivered. */
+  | {
+      readonly op: 'prune';
+      readonly before: number;
+      readonly keep: readonly string[];
+      readonly limit: number;
+    };
+
+/** What each operation answers. */
+export interface OpResults {
+  append: AppendOutcome[];
+  lease: DeliveryJson[];
+  /** Acked (again, harmlessly, if already acked), gone to the dead letters before, unknown. */
+  ack: { acked: number[]; dead: number[]; unknown: number[] };
+  /** Nacked; not leased (ignored); unknown. */
+  nack: { nacked: number[]; ignored: number[]; unknown: number[] };
+  heartbeat: { pending: number; critical_pending: number };
+  sweep: undefined;
+  replay_dead_letter: { delivery_id: number; replayed: boolean } | undefined;
+  alert: undefined;
+  /** How many messages went. */
+  prune: number;
+}
+export type OpResult<O extends StoreOp> = OpResults[O['op']];
+
+/** One operation's outcome: its result, or the GatewayError that refused it alone. */
+export type Settled = { readonly ok: unknown } | { readonly err: GatewayError };
+
+/** What a committed group changed that the adapter must act on. */
+export interface CommitEffects {
+  /** Alerts written to alerts_to in the group: the adapter raises them on journald too. */
+  readonly alerts: readonly SentAlert[];
+  /** Agents given new deliveries: their waiting polls wake. */
+  readonly woken: ReadonlySet<string>;
+  /** Something may now fall due sooner than before (a lease, a retry, an alert window). */
+  readonly timingChanged: boolean;
+}
+
+export interface Committed {
+  /** One per operation, in order. */
+  readonly results: readonly Settled[];
+  readonly effects: CommitEffects;
+}
+
+export interface AgentState {
+  readonly id: string;
+  readonly last_seen: string | null;
+  readonly queue_depth: number;
+  readonly critical_depth: number;
+}
+
+export interface Store {
+  /**
+   * Runs `ops` in order in one transaction. When it returns, the commit (and, at sync=full, its
+   * fsync) is done, so callers may be answered. An operation that refuses with a GatewayError
+   * settles alone (operations refuse only before they write); any other error rolls the whole
+   * group back, leaves nothing of it behind, and is thrown.
+   */
+  commit(ops: readonly StoreOp[]): Committed;
+  /** Creates the sequence counters of these channels (idempotent). */
+  ensureChannels(names: Iterable<string>): void;
+  /** Messages of a channel after `afterSeq`, in sequence order, checksums verified. */
+  channelMessages(channel: string, afterSeq: number, limit: number): string[];
+  /** Dead letters with id > `after`, oldest first, each with its message. */
+  deadLetters(after: number, limit: number): string[];
+  /** Each agent's last heartbeat and queue depth. */
+  agents(ids: Iterable<string>): AgentState[];
+  /** Pending plus leased deliveries of an agent, and how many are critical. */
+  depth(agent: string): { all: number; critical: number };
+  /** The next moment something falls due: a lease expires, a retry is ready, an alert. */
+  nextDue(now: number): number | undefined;
+  readonly stats: DeliveryStats;
+  /** Set once a stored message failed its checksum: /health turns 503 and stays there. */
+  readonly corruption: string | undefined;
+  /** Checks the whole store; resolves with the problems found (none: []). */
+  checkIntegrity(): Promise<string[]>;
+  close(): void;
+}

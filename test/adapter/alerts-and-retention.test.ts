@@ -62,22 +62,28 @@ const alerts = () =>
 describe('alert aggregation', () => {
   it('a burst of 1,000 dead letters yields one alert per recipient and reason per 30 s, with the counts', () => {
     const t0 = 1_000_000_000_000;
-    store.transaction(() =>
-      store.append([draft('@qa', t0, 'critical'), draft('@pm', t0, 'critical')]),
-    );
+    store.commit([
+      { op: 'append', drafts: [draft('@qa', t0, 'critical'), draft('@pm', t0, 'critical')] },
+    ]);
     // both queues (capacity 1) hold a critical: every normal delivery is dead-lettered at once
-    store.transaction(() => {
-      for (let i = 0; i < 600; i++) store.append([draft('@qa', t0 + i)]);
-      for (let i = 0; i < 400; i++) store.append([draft('@pm', t0 + i)]);
-    });
+    store.commit([
+      ...Array.from({ length: 600 }, (_, i) => ({
+        op: 'append' as const,
+        drafts: [draft('@qa', t0 + i)],
+      })),
+      ...Array.from({ length: 400 }, (_, i) => ({
+        op: 'append' as const,
+        drafts: [draft('@pm', t0 + i)],
+      })),
+    ]);
     expect(alerts()).toEqual([
       { reason: 'queue_full', recipient: 'qa', count: 1, ids: 1 },
       { reason: 'queue_full', recipient: 'pm', count: 1, ids: 1 },
     ]);
-    store.transaction(() => store.deliveries.sweep(t0 + 29_000)); // inside the window: nothing
+    store.commit([{ op: 'sweep', now: t0 + 29_000 }]); // inside the window: nothing
     expect(alerts()).toHaveLength(2);
-    expect(store.deliveries.nextDue(t0 + 29_000)).toBe(t0 + 30_000);
-    store.transaction(() => store.deliveries.sweep(t0 + 30_000));
+    expect(store.nextDue(t0 + 29_000)).toBe(t0 + 30_000);
+    store.commit([{ op: 'sweep', now: t0 + 30_000 }]);
     const byRecipient = alerts()
       .slice(2)
       .sort((a, b) => a.recipient.localeCompare(b.recipient));
@@ -85,9 +91,9 @@ describe('alert aggregation', () => {
       { reason: 'queue_full', recipient: 'pm', count: 399, ids: 20 },
       { reason: 'queue_full', recipient: 'qa', count: 599, ids: 20 },
     ]);
-    store.transaction(() => store.deliveries.sweep(t0 + 90_000)); // nothing more to say
+    store.commit([{ op: 'sweep', now: t0 + 90_000 }]); // nothing more to say
     expect(alerts()).toHaveLength(4);
-    expect(store.deliveries.stats.deadLetters.queue_full).toBe(1000);
+    expect(store.stats.deadLetters.queue_full).toBe(1000);
   });
 });
 

@@ -25,8 +25,7 @@ afterEach(() => {
   cleanup();
 });
 
-const submit = (gc: GroupCommit, drafts: MessageDraft[]) =>
-  gc.run(() => store.append(drafts), { weight: drafts.length });
+const submit = (gc: GroupCommit, drafts: MessageDraft[]) => gc.run({ op: 'append', drafts });
 
 function draft(channel = 'product'): MessageDraft {
   const key = randomUUID();
@@ -46,7 +45,8 @@ function draft(channel = 'product'): MessageDraft {
 
 it('commits the submissions of one turn together, in order, then answers them', async () => {
   const commits: CommitStats[] = [];
-  const gc = new GroupCommit(store, { onCommit: (s) => commits.push(s) });
+  const gc = new GroupCommit(store);
+  gc.on('commit', (s) => commits.push(s));
   const answers = Array.from({ length: 50 }, (_, i) =>
     submit(gc, i % 10 === 0 ? [draft(), draft()] : [draft()]),
   );
@@ -61,7 +61,8 @@ it('commits the submissions of one turn together, in order, then answers them', 
 
 it('a failed transaction answers every member with storage_error and writes nothing', async () => {
   const errors: unknown[] = [];
-  const gc = new GroupCommit(store, { onError: (e) => errors.push(e) });
+  const gc = new GroupCommit(store);
+  gc.on('commit:error', (e) => errors.push(e));
   // the third draft names a channel with no counter: the store throws mid-transaction
   const results = await Promise.allSettled([
     submit(gc, [draft()]),

@@ -8,8 +8,9 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { type Adapter, startAdapter } from '../../src/adapter/server.js';
-import { AdapterSettingsSchema } from '../../src/adapter/settings.js';
+import { AdapterSettingsSchema, storeOptions } from '../../src/adapter/settings.js';
 import { compileTopology } from '../../src/adapter/topology.js';
+import { openStore } from '../../src/store/open.js';
 import {
   type TopologyObject,
   tempDir,
@@ -52,9 +53,11 @@ export async function startTestAdapter(
     logLevel: 'silent',
     ...overrides,
   });
+  const compiled = compileTopology(topology);
   const adapter = await startAdapter({
     settings,
-    topology: compileTopology(topology),
+    topology: compiled,
+    store: openStore(settings.db, storeOptions(settings, compiled.alertsTo)),
     logger: pino({ level: 'silent' }),
     ...rest,
   });

@@ -1,25 +1,25 @@
 /**
- * The sidecar's HTTP client for the adapter: an undici Pool with keep-alive, a deadline on
- * every call, and one rule for what may be retried. Network errors, 5xx, 429 and 503 are
- * retryable (the sidecar queues the message); 400, 401, 403, 404, 409 and 413 are permanent
- * (passed back to the agent as they are, never queued).
+ * The sidecar's connection to the adapter: an undici Pool with keep-alive, a deadline on every
+ * call, and the error catalogue's rule for what may be retried (isRetryableAnswer): no answer,
+ * or an answer whose code the catalogue marks retryable, is retried (the sidecar queues the
+ * message); a permanent one (400, 401, 403, 404, 409, 413, integrity_error) is passed back to
+ * the agent as it is, never queued. It also keeps when the adapter last answered and the last
+ * failure, for /v1/status.
  */
 import { Pool } from 'undici';
+import { isRetryableAnswer } from '../protocol/errors.js';
 
 export interface AdapterResponse {
   readonly status: number;
   readonly body: string;
   readonly retryAfterS: number | undefined;
+  /** The same request may succeed later unchanged (the catalogue's flag for its code). */
+  readonly retryable: boolean;
 }
 
 /** A call that did not get an answer (connection refused, reset, timeout). */
 export class AdapterUnreachable extends Error {
   override name = 'AdapterUnreachable';
-}
-
-/** An answer the same request may get right later: 5xx, 429. */
-export function isRetryable(status: number): boolean {
-  return status >= 500 || status === 429;
 }
 
 export interface AdapterClientOptions {
@@ -40,6 +40,10 @@ export interface AdapterClientOptions {
 
 export class AdapterClient {
   readonly url: string;
+  /** When the adapter last answered anything, ms since the epoch. */
+  lastContact: number | null = null;
+  /** The last call that failed or was answered retryably, in a sentence. */
+  lastError: string | null = null;
   readonly #pool: Pool;
   readonly #auth: string;
   readonly #timeoutMs: number;
@@ -75,15 +79,21 @@ export class AdapterClient {
       });
       const text = await res.body.text();
       const ra = Number(res.headers['retry-after']);
+      const retryable = res.statusCode >= 400 && isRetryableAnswer(res.statusCode, errorCode(text));
+      this.lastContact = Date.now();
+      if (retryable) this.lastError = `${method} ${path}: the adapter answered ${res.statusCode}`;
       return {
         status: res.statusCode,
         body: text,
         retryAfterS: Number.isFinite(ra) && ra > 0 ? ra : undefined,
+        retryable,
       };
     } catch (err) {
-      throw new AdapterUnreachable(`${method} ${this.url}${path}: ${(err as Error).message}`, {
+      const e = new AdapterUnreachable(`${method} ${this.url}${path}: ${(err as Error).message}`, {
         cause: err,
       });
+      this.lastError = e.message;
+      throw e;
     }
   }
 
@@ -96,6 +106,7 @@ export class AdapterClient {
         signal: AbortSignal.timeout(timeoutMs),
       });
       await res.body.dump();
+      this.lastContact = Date.now();
       return res.statusCode === 200;
     } catch {
       return false;
@@ -104,5 +115,14 @@ export class AdapterClient {
 
   close(): Promise<void> {
     return this.#pool.close();
+  }
+}
+
+/** The catalogue code of an error answer (`{"error": code}`), if it has one. */
+function errorCode(body: string): unknown {
+  try {
+    return (JSON.parse(body) as { error?: unknown } | null)?.error;
+  } catch {
+    return undefined; // not ours: a proxy's page
   }
 }

@@ -17,53 +17,27 @@
  * - A channel the sidecar has no memory of starts at the first message it sees: a sidecar whose
  *   file was lost does not replay a channel's whole history to its agent.
  */
-import type Database from 'better-sqlite3';
-import type { AdapterClient } from '../client/adapter-client.js';
-import { SIDECAR_SQL } from '../store/sql.js';
-
-interface Message {
-  message_id: string;
-  channel: string;
-  channel_sequence_id: number;
-  sender: string;
-  [k: string]: unknown;
-}
-interface Delivery {
-  delivery_id: number;
-  attempt: number;
-  lease_expires_at: string;
-  message: Message;
-}
+import type { Delivery, Message } from '../protocol/wire.js';
+import type { SidecarFile } from '../store/sidecar-file.js';
+import type { AdapterClient } from './adapter-client.js';
 
 /** How long the sidecar remembers an ack: far past any lease and retry backoff. */
 const ACKED_MEMORY_MS = 7 * 24 * 3600 * 1000;
 /** Deliveries handed over whose ack the sidecar will match to a message. */
 const HANDED_MAP_MAX = 100_000;
 
-export class Inbox {
+export class InboxRepair {
   readonly #agent: string;
   readonly #client: AdapterClient;
-  readonly #s;
-  readonly #tx: (fn: () => void) => void;
+  readonly #file: SidecarFile;
   /** Upstream delivery id → message id, for the deliveries handed over since start. */
   readonly #handedIds = new Map<number, string>();
   #acks = 0;
 
-  constructor(db: Database.Database, agent: string, client: AdapterClient) {
+  constructor(file: SidecarFile, agent: string, client: AdapterClient) {
+    this.#file = file;
     this.#agent = agent;
     this.#client = client;
-    const p = <T = unknown>(sql: string) => db.prepare<unknown[], T>(sql);
-    this.#s = {
-      handed: p<number>(SIDECAR_SQL.handedSeq).pluck(),
-      setHanded: p(SIDECAR_SQL.setHanded),
-      isAcked: p<number>(SIDECAR_SQL.isAcked).pluck(),
-      markAcked: p(SIDECAR_SQL.markAcked),
-      pruneAcked: p(SIDECAR_SQL.pruneAcked),
-      local: p<{ id: number }>(SIDECAR_SQL.localDelivery),
-      localMessage: p<string>(SIDECAR_SQL.localDeliveryMessage).pluck(),
-    };
-    const tx = db.transaction((fn: () => void) => fn());
-    this.#tx = (fn) => tx(fn);
   }
 
   /**
@@ -76,10 +50,10 @@ export class Inbox {
     const ackUpstream: number[] = [];
     const marks = new Map<string, number>();
     const mark = (channel: string): number | undefined =>
-      marks.get(channel) ?? this.#s.handed.get(channel);
+      marks.get(channel) ?? this.#file.handed(channel);
     for (const d of deliveries) {
       const m = d.message;
-      if (this.#s.isAcked.get(m.message_id) !== undefined) {
+      if (this.#file.isAcked(m.message_id)) {
         ackUpstream.push(d.delivery_id);
         continue;
       }
@@ -90,12 +64,8 @@ export class Inbox {
           last,
           m.channel_sequence_id - last - 1,
         )) {
-          if (
-            missing.sender === this.#agent ||
-            this.#s.isAcked.get(missing.message_id) !== undefined
-          )
-            continue;
-          const { id } = this.#s.local.get(missing.message_id)!;
+          if (missing.sender === this.#agent || this.#file.isAcked(missing.message_id)) continue;
+          const id = this.#file.localDelivery(missing.message_id);
           out.push({
             delivery_id: -id,
             attempt: 1,
@@ -108,9 +78,7 @@ export class Inbox {
       this.#handedIds.set(d.delivery_id, m.message_id);
       out.push(d);
     }
-    this.#tx(() => {
-      for (const [channel, seq] of marks) this.#s.setHanded.run(channel, seq);
-    });
+    this.#file.setHanded(marks);
     if (this.#handedIds.size > HANDED_MAP_MAX) {
       for (const k of [...this.#handedIds.keys()].slice(0, this.#handedIds.size - HANDED_MAP_MAX))
         this.#handedIds.delete(k);
@@ -128,24 +96,21 @@ export class Inbox {
    * message acked is remembered. Returns the ids for the adapter.
    */
   acked(ids: readonly number[]): { upstream: number[]; local: number[] } {
-    const upstream: number[] = [];
-    const local: number[] = [];
+    const messages: string[] = [];
+    for (const id of ids) {
+      const message = id < 0 ? this.#file.localDeliveryMessage(-id) : this.#handedIds.get(id);
+      if (message !== undefined) messages.push(message);
+    }
     const now = Date.now();
-    this.#tx(() => {
-      for (const id of ids) {
-        const message = id < 0 ? this.#s.localMessage.get(-id) : this.#handedIds.get(id);
-        if (message !== undefined) this.#s.markAcked.run(message, now);
-        (id < 0 ? local : upstream).push(id);
-      }
-      if (++this.#acks % 1000 === 0) this.#s.pruneAcked.run(now - ACKED_MEMORY_MS);
-    });
-    return { upstream, local };
+    const forget = ++this.#acks % 1000 === 0 ? now - ACKED_MEMORY_MS : undefined;
+    this.#file.markAcked(messages, now, forget);
+    return splitLocal(ids);
   }
 
   /** A send of the agent's own came back with its number: it counts as handed over. */
   sent(channel: string, seq: number): void {
-    const last = this.#s.handed.get(channel);
-    if (last !== undefined && seq === last + 1) this.#s.setHanded.run(channel, seq);
+    const last = this.#file.handed(channel);
+    if (last !== undefined && seq === last + 1) this.#file.setHanded(new Map([[channel, seq]]));
   }
 
   async #replay(channel: string, after: number, count: number): Promise<Message[]> {
@@ -165,4 +130,9 @@ export class Inbox {
     }
     return out;
   }
+}
+
+/** The agent's delivery ids: the adapter's (positive) and the sidecar's own (negative). */
+export function splitLocal(ids: readonly number[]): { upstream: number[]; local: number[] } {
+  return { upstream: ids.filter((id) => id > 0), local: ids.filter((id) => id < 0) };
 }

@@ -1,0 +1,180 @@
+/**
+ * The adapter's endpoints, in one table (docs/reference/adapter-api.md describes each). `who`:
+ * `public` needs no token (probes, metrics); `agent` needs an agent's bearer token; `alerts_to`
+ * needs the alerts_to agent's. Writes go through messages.ts, everything about deliveries
+ * through the delivery service.
+ */
+import { parseDeliveryIds } from '../protocol/delivery-ids.js';
+import { GatewayError } from '../protocol/errors.js';
+import { intParam } from '../protocol/http.js';
+import {
+  INBOX_DEFAULT_MAX,
+  INBOX_MAX,
+  MAX_BATCH,
+  MAX_WAIT_S,
+  PAGE_DEFAULT_LIMIT,
+  PAGE_MAX_LIMIT,
+} from '../protocol/limits.js';
+import { type Route, route } from '../protocol/router.js';
+import type { DeliveryService } from './delivery.js';
+import { postBatch, postMessage, readChannel, type WriteContext } from './messages.js';
+import type { AdapterMetrics } from './metrics.js';
+import type { Topology } from './topology.js';
+
+export type Who = 'public' | 'agent' | 'alerts_to';
+/** The authenticated agent ('' on public routes). */
+export interface Caller {
+  readonly agent: string;
+}
+
+export interface RouteDeps {
+  readonly write: WriteContext;
+  readonly delivery: DeliveryService;
+  readonly metrics: AdapterMetrics;
+  readonly topology: Topology;
+  /** 200 when ready; throws not_ready with the reason otherwise. */
+  readonly health: () => void;
+}
+
+/** A body of delivery ids: 1,000 ids fit easily. */
+const IDS_BODY_LIMIT = 64 * 1024;
+const raw = (b: Buffer) => b;
+const deliveryIds = { limit: IDS_BODY_LIMIT, parse: (b: Buffer) => parseDeliveryIds(b) };
+const afterParam = (q: URLSearchParams) => intParam(q, 'after', 0, 0, Number.MAX_SAFE_INTEGER);
+const limitParam = (q: URLSearchParams) =>
+  intParam(q, 'limit', PAGE_DEFAULT_LIMIT, 1, PAGE_MAX_LIMIT);
+
+export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
+  const { write, delivery, metrics, topology } = d;
+  const maxBytes = write.maxMessageBytes;
+  return [
+    route({
+      method: 'GET',
+      path: '/healthz',
+      who: 'public',
+      handler: () => ({ body: { status: 'ok' } }),
+    }),
+    route({
+      method: 'GET',
+      path: '/health',
+      who: 'public',
+      handler: () => {
+        d.health();
+        return { body: { status: 'ready' } };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/metrics',
+      who: 'public',
+      handler: async () => ({
+        body: await metrics.registry.metrics(),
+        contentType: metrics.registry.contentType,
+      }),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/messages',
+      who: 'agent',
+      body: { limit: maxBytes, parse: raw },
+      handler: async ({ ctx, body }) => {
+        const { status, ack } = await metrics.counted(postMessage(write, ctx.agent, body), (r) =>
+          r.ack.duplicate ? 'duplicate' : 'created',
+        );
+        return { status, body: ack };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/messages/batch',
+      who: 'agent',
+      // Each item is held to the single-message limit; the whole body to a batch of them.
+      body: { limit: maxBytes * MAX_BATCH, parse: raw },
+      handler: async ({ ctx, body }) => {
+        const results = await metrics.counted(postBatch(write, ctx.agent, body), () => 'batch');
+        return { body: { results } };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/channels/:name/messages',
+      who: 'agent',
+      handler: ({ ctx, params, query }) => {
+        const rows = readChannel(
+          write,
+          ctx.agent,
+          params.name!,
+          afterParam(query),
+          limitParam(query),
+        );
+        return { body: `{"messages":[${rows.join(',')}]}` };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/inbox',
+      who: 'agent',
+      handler: async ({ ctx, query, res }) => {
+        const wait = intParam(query, 'wait', 0, 0, MAX_WAIT_S);
+        const max = intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX);
+        const closed = new Promise((resolve) => res.once('close', resolve));
+        const got = await delivery.inbox(ctx.agent, wait, max, closed);
+        return { body: `{"deliveries":[${got.join(',')}]}` };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/acks',
+      who: 'agent',
+      body: deliveryIds,
+      handler: async ({ ctx, body }) => ({ body: await delivery.ack(ctx.agent, body) }),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/nacks',
+      who: 'agent',
+      body: deliveryIds,
+      handler: async ({ ctx, body }) => ({ body: await delivery.nack(ctx.agent, body) }),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/heartbeat',
+      who: 'agent',
+      handler: async ({ ctx }) => ({ body: await delivery.heartbeat(ctx.agent) }),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/agents',
+      who: 'alerts_to',
+      handler: () => {
+        const agents = delivery.agents(topology.agents.keys()).map((a) => ({
+          ...a,
+          role: topology.agents.get(a.id)?.role ?? null,
+        }));
+        return { body: { agents } };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/dead-letters',
+      who: 'alerts_to',
+      handler: ({ query }) => {
+        const rows = delivery.deadLetters(afterParam(query), limitParam(query));
+        return { body: `{"dead_letters":[${rows.join(',')}]}` };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/dead-letters/:id/replay',
+      who: 'alerts_to',
+      handler: async ({ params }) => {
+        const id = Number(params.id);
+        if (!/^\d+$/.test(params.id!))
+          throw new GatewayError('not_found', `no endpoint for dead letter "${params.id}"`);
+        const r = await delivery.replayDeadLetter(id);
+        if (r === undefined) throw new GatewayError('unknown_dead_letter', `no dead letter ${id}`);
+        return { status: r.replayed ? 201 : 200, body: r };
+      },
+    }),
+  ];
+}

@@ -1,0 +1,58 @@
+/**
+ * What the adapter serves, as types for readers (the client, the sidecar's inbox repair) and as
+ * the one place the JSON of a delivery and a dead letter is put together. A stored message is
+ * kept as the JSON readers see, so these splice its bytes in rather than parse and re-encode it.
+ */
+import type { Priority } from './envelope.js';
+
+/** A stored message as every reader sees it: the envelope and the fields the adapter added. */
+export interface Message {
+  readonly message_id: string;
+  readonly channel: string;
+  readonly channel_sequence_id: number;
+  readonly sender: string;
+  readonly timestamp_iso8601: string;
+  readonly idempotency_key: string;
+  readonly to: string;
+  readonly kind: string;
+  readonly priority: Priority;
+  readonly reply_to_sequence_id?: number;
+  readonly payload: Record<string, unknown>;
+}
+
+/** One entry of GET /v1/inbox: a message handed to its recipient under a lease. */
+export interface Delivery {
+  readonly delivery_id: number;
+  readonly attempt: number;
+  readonly lease_expires_at: string;
+  readonly message: Message;
+}
+
+/** `{"delivery_id":...,"message":<the stored bytes>}` */
+export function deliveryJson(
+  id: number,
+  attempt: number,
+  leaseExpiresAt: number,
+  messageJson: string,
+): string {
+  const expires = new Date(leaseExpiresAt).toISOString();
+  return `{"delivery_id":${id},"attempt":${attempt},"lease_expires_at":"${expires}","message":${messageJson}}`;
+}
+
+export interface DeadLetterFields {
+  readonly id: number;
+  readonly reason: string;
+  readonly attempts: number;
+  readonly recipient: string;
+  readonly deadLetteredAt: number;
+  readonly replayDeliveryId: number | null;
+}
+
+/** One entry of GET /v1/dead-letters, with its message's stored bytes. */
+export function deadLetterJson(d: DeadLetterFields, messageJson: string): string {
+  return `{"id":${d.id},"reason":${JSON.stringify(d.reason)},"attempts":${d.attempts},"recipient":${JSON.stringify(
+    d.recipient,
+  )},"dead_lettered_at":"${new Date(d.deadLetteredAt).toISOString()}","replay_delivery_id":${
+    d.replayDeliveryId ?? 'null'
+  },"message":${messageJson}}`;
+}

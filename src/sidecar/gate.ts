@@ -1,0 +1,65 @@
+/**
+ * The start gate: the sidecar polls the adapter's /health with the one backoff until it answers
+ * 200 once; then /readyz turns 200 and stays so (the outbox covers later outages). If the gate
+ * is still shut after startupAlarmS, a CRIT adapter_unreachable entry says so.
+ */
+import type { AdapterClient } from './adapter-client.js';
+import { type BackoffOptions, backoff } from './backoff.js';
+
+export interface StartGateOptions {
+  readonly client: AdapterClient;
+  readonly backoff: BackoffOptions;
+  readonly startupAlarmS: number;
+  /** The gate is still shut after startupAlarmS. */
+  readonly onAlarm: () => void;
+  /** The adapter answered /health 200 for the first time. */
+  readonly onOpen: () => void;
+}
+
+export class StartGate {
+  /** Resolves once the gate opened. */
+  readonly opened: Promise<void>;
+  readonly #o: StartGateOptions;
+  #open = false;
+  #resolve: () => void = () => {};
+  #timer: NodeJS.Timeout | undefined;
+  #alarm: NodeJS.Timeout | undefined;
+  #step = 0;
+
+  constructor(opts: StartGateOptions) {
+    this.#o = opts;
+    this.opened = new Promise((resolve) => {
+      this.#resolve = resolve;
+    });
+  }
+
+  get isOpen(): boolean {
+    return this.#open;
+  }
+
+  start(): void {
+    this.#alarm = setTimeout(() => {
+      if (!this.#open) this.#o.onAlarm();
+    }, this.#o.startupAlarmS * 1000);
+    this.#alarm.unref();
+    void this.#probe();
+  }
+
+  stop(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (this.#alarm !== undefined) clearTimeout(this.#alarm);
+  }
+
+  async #probe(): Promise<void> {
+    this.#timer = undefined;
+    if (await this.#o.client.health()) {
+      this.#open = true;
+      if (this.#alarm !== undefined) clearTimeout(this.#alarm);
+      this.#o.onOpen();
+      this.#resolve();
+      return;
+    }
+    const wait = Math.max(50, backoff(this.#step++, this.#o.backoff));
+    this.#timer = setTimeout(() => void this.#probe(), wait);
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * The sidecar's operations, below its HTTP: send, inbox, ack, nack, heartbeat, channel replay,
+ * emergency and status. The route table (routes.ts) maps HTTP onto these, and the MCP tools
+ * will call the same methods. Each answers as the HTTP endpoint does (status, body, Retry-After).
+ *
+ * Sends go through the forwarder (breaker, outbox, drain). The inbox, acks, nacks, heartbeat and
+ * replay go to the adapter with the agent's token, the inbox through inbox repair. Emergencies
+ * go to journald and work with the adapter down.
+ */
+import { z } from 'zod';
+import type { Emergencies } from '../journald/emergency.js';
+import { parseEnvelope } from '../protocol/envelope.js';
+import { GatewayError } from '../protocol/errors.js';
+import { uuidv7 } from '../protocol/ids.js';
+import { MAX_WAIT_S } from '../protocol/limits.js';
+import type { Answer } from '../protocol/router.js';
+import type { AdapterClient } from './adapter-client.js';
+import type { AdapterBreaker } from './circuit-breaker.js';
+import type { Forwarder } from './forwarder.js';
+import type { StartGate } from './gate.js';
+import { type InboxRepair, splitLocal } from './inbox-repair.js';
+import type { Outbox } from './outbox.js';
+
+const EmergencyBody = z.strictObject({
+  reason: z.string().regex(/^[a-z][a-z0-9_]{0,63}$/, 'must be a short lower-case reason'),
+  message: z.string().min(1).max(8192),
+  fields: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).optional(),
+});
+
+/** Beyond the longest wait, how long an adapter call may take, ms. */
+const CALL_DEADLINE_MS = 10_000;
+
+export interface SidecarServiceOptions {
+  readonly agentId: string;
+  readonly client: AdapterClient;
+  readonly forwarder: Forwarder;
+  readonly repair: InboxRepair;
+  readonly outbox: Outbox;
+  readonly breaker: AdapterBreaker;
+  readonly gate: StartGate;
+  readonly emergencies: Emergencies;
+}
+
+export class SidecarService {
+  readonly #o: SidecarServiceOptions;
+
+  constructor(opts: SidecarServiceOptions) {
+    this.#o = opts;
+  }
+
+  /**
+   * An envelope from the agent: given an idempotency key if it has none, checked (a bad one is
+   * never queued), then forwarded or queued.
+   */
+  async send(value: unknown): Promise<Answer> {
+    let v = value;
+    if (typeof v === 'object' && v !== null && !Array.isArray(v) && !('idempotency_key' in v)) {
+      // time-ordered, so the adapter's key index stays local (bench/RESULTS.md, random keys)
+      v = { ...v, idempotency_key: uuidv7() };
+    }
+    const envelope = parseEnvelope(v);
+    const { agentId } = this.#o;
+    if (envelope.sender !== undefined && envelope.sender !== agentId) {
+      throw new GatewayError(
+        'sender_mismatch',
+        `this sidecar speaks for ${agentId}, not "${envelope.sender}"`,
+        { field: 'sender' },
+      );
+    }
+    return this.#o.forwarder.send(v as Record<string, unknown> & { idempotency_key: string });
+  }
+
+  /** Up to `max` deliveries, waiting up to `wait` s; gaps filled and acked ones left out. */
+  async inbox(wait: number, max: number): Promise<Answer> {
+    const answer = await this.#call('GET', `/v1/inbox?wait=${wait}&max=${max}`, undefined, wait);
+    if (answer.status !== 200) return answer;
+    return { ...answer, body: await this.#o.repair.repair(answer.body as string) };
+  }
+
+  /** Acks: the adapter's ids go to it, the sidecar's own (negative) are settled here. */
+  ack(ids: readonly number[]): Promise<Answer> {
+    const { upstream, local } = this.#o.repair.acked(ids);
+    return this.#settle('/v1/acks', upstream, local);
+  }
+
+  nack(ids: readonly number[]): Promise<Answer> {
+    const { upstream, local } = splitLocal(ids);
+    return this.#settle('/v1/nacks', upstream, local);
+  }
+
+  heartbeat(): Promise<Answer> {
+    return this.#call('POST', '/v1/heartbeat', '{}');
+  }
+
+  readChannel(name: string, after: number, limit: number): Promise<Answer> {
+    const path = `/v1/channels/${encodeURIComponent(name)}/messages?after=${after}&limit=${limit}`;
+    return this.#call('GET', path);
+  }
+
+  /** One CRIT journald entry; past the emergency budget it is counted, not written. */
+  emergency(value: unknown): Answer {
+    const parsed = EmergencyBody.safeParse(value);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      const field = issue?.path.map(String).join('.') || 'body';
+      throw new GatewayError('invalid_request', `${field}: ${issue?.message ?? 'invalid'}`, {
+        field,
+      });
+    }
+    const written = this.#o.emergencies.raise(parsed.data, { explicit: true });
+    return { status: 202, body: { status: written ? 'written' : 'rate_limited' } };
+  }
+
+  status(): object {
+    const { client, outbox, breaker, gate } = this.#o;
+    return {
+      agent_id: this.#o.agentId,
+      adapter_url: client.url,
+      ready: gate.isOpen,
+      breaker: breaker.snapshot,
+      outbox: { depth: outbox.depth, capacity: outbox.capacity, dead_letters: outbox.deadLetters },
+      last_adapter_contact:
+        client.lastContact === null ? null : new Date(client.lastContact).toISOString(),
+      last_error: client.lastError,
+    };
+  }
+
+  /** Acks or nacks: upstream ids to the adapter, the sidecar's own merged into its answer. */
+  async #settle(path: '/v1/acks' | '/v1/nacks', upstream: number[], local: number[]) {
+    const acks = path === '/v1/acks';
+    if (upstream.length === 0) {
+      // only the sidecar's own replayed copies: nothing for the adapter to hear
+      return {
+        body: acks
+          ? { acked: local, dead_lettered: [], unknown: [] }
+          : { nacked: [], ignored: local, unknown: [] },
+      };
+    }
+    const answer = await this.#call('POST', path, JSON.stringify({ delivery_ids: upstream }));
+    if (answer.status !== 200 || local.length === 0) return answer;
+    const merged = JSON.parse(answer.body as string) as Record<string, number[]>;
+    const key = acks ? 'acked' : 'ignored';
+    merged[key] = [...(merged[key] ?? []), ...local];
+    return { ...answer, body: merged };
+  }
+
+  /** One call to the adapter, its answer passed back as it is; no answer is a 503. */
+  async #call(method: 'GET' | 'POST', path: string, body?: string, waitS = 0): Promise<Answer> {
+    const deadline = Math.min(Math.max(waitS, 0), MAX_WAIT_S) * 1000 + CALL_DEADLINE_MS;
+    try {
+      const res = await this.#o.client.request(method, path, body, deadline);
+      return { status: res.status, body: res.body, retryAfterS: res.retryAfterS };
+    } catch {
+      throw new GatewayError('adapter_unreachable', 'the adapter cannot be reached; retry later', {
+        retryAfterS: 2,
+      });
+    }
+  }
+}

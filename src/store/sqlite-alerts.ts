@@ -1,0 +1,124 @@
+/**
+ * Alert aggregation: at most one alert per (recipient, reason) every window (30 s), carrying
+ * the count since the last, so that a storm of dead letters cannot itself flood alerts_to's
+ * queue; the first of a window goes out at once. The counts live in alert_state, so a crash
+ * loses none. An alert is a message like any other: this class decides when one is due, and the
+ * store writes it (it owns sequences and fan-out). Runs inside the caller's transaction.
+ */
+import type Database from 'better-sqlite3';
+import { SQL } from './sql.js';
+import type { CommitEffectsLog } from './sqlite-effects.js';
+import type { AlertPayload, AlertReason, DeliveryStats, SentAlert } from './store.js';
+
+const KIND: Record<AlertReason, string> = {
+  lease_expired: 'alert/dead-letter',
+  nacked: 'alert/dead-letter',
+  evicted: 'alert/dead-letter',
+  queue_full: 'alert/dead-letter',
+  critical_overrun: 'alert/overrun',
+  checksum_mismatch: 'alert/integrity',
+};
+
+/** Message ids one alert lists (CONTRACT.md: up to 20); the count has them all. */
+const MAX_IDS = 20;
+
+interface AlertRow {
+  recipient: string;
+  reason: string;
+  kind: string;
+  last_sent_at: number;
+  count: number;
+  message_ids: string;
+  attempts: number;
+}
+
+/** An alert that fell due, to be written as a message at `at`. */
+export interface DueAlert extends SentAlert {
+  readonly at: number;
+}
+
+export class Alerts {
+  readonly #windowMs: number;
+  readonly #fx: CommitEffectsLog;
+  readonly #stats: DeliveryStats;
+  readonly #s;
+  #due: DueAlert[] = [];
+
+  constructor(db: Database.Database, windowMs: number, fx: CommitEffectsLog, stats: DeliveryStats) {
+    this.#windowMs = windowMs;
+    this.#fx = fx;
+    this.#stats = stats;
+    const p = <T = unknown>(sql: string) => db.prepare<unknown[], T>(sql);
+    this.#s = {
+      state: p<AlertRow>(SQL.alertState),
+      upsert: p(SQL.upsertAlert),
+      due: p<AlertRow>(SQL.dueAlerts),
+      next: p<number | null>(SQL.nextAlertDue).pluck(),
+    };
+  }
+
+  /** Counts one event towards its (recipient, reason) alert; due at once if the window passed. */
+  raise(recipient: string, reason: AlertReason, messageId: string, attempts: number, now: number) {
+    const prior = this.#s.state.get(recipient, reason);
+    const ids = prior === undefined ? [] : (JSON.parse(prior.message_ids) as string[]);
+    if (ids.length < MAX_IDS) ids.push(messageId);
+    const row: AlertRow = {
+      recipient,
+      reason,
+      kind: KIND[reason],
+      last_sent_at: prior?.last_sent_at ?? 0,
+      count: (prior?.count ?? 0) + 1,
+      message_ids: JSON.stringify(ids),
+      attempts,
+    };
+    if (now - row.last_sent_at >= this.#windowMs) this.#fallDue(row, now);
+    else this.#save(row);
+  }
+
+  /** Alerts whose window has passed with a count waiting fall due. */
+  flushDue(now: number): void {
+    for (const a of this.#s.due.all(now - this.#windowMs)) this.#fallDue(a, now);
+  }
+
+  /** When the next aggregated alert falls due, if one waits. */
+  nextDue(): number | undefined {
+    const last = this.#s.next.get();
+    return last === null || last === undefined ? undefined : last + this.#windowMs;
+  }
+
+  /** The alerts due now, for the store to write as messages; each is taken once. */
+  takeDue(): DueAlert[] {
+    return this.#due.length === 0 ? [] : this.#due.splice(0);
+  }
+
+  /** After a rollback: nothing that was due was written. */
+  forget(): void {
+    this.#due = [];
+  }
+
+  #fallDue(a: AlertRow, now: number): void {
+    this.#save({ ...a, last_sent_at: now, count: 0, message_ids: '[]', attempts: 0 });
+    const payload: AlertPayload = {
+      reason: a.reason,
+      recipient: a.recipient,
+      count: a.count,
+      message_ids: JSON.parse(a.message_ids) as string[],
+      attempts: a.attempts,
+    };
+    this.#due.push({ kind: a.kind, payload, at: now });
+    this.#stats.alerts++;
+  }
+
+  #save(a: AlertRow): void {
+    this.#fx.timingChanged = true;
+    this.#s.upsert.run(
+      a.recipient,
+      a.reason,
+      a.kind,
+      a.last_sent_at,
+      a.count,
+      a.message_ids,
+      a.attempts,
+    );
+  }
+}
