@@ -12,6 +12,7 @@
  */
 
 import { uuidv7 } from '../protocol/ids.js';
+import type { Delivery, Message } from '../protocol/wire.js';
 
 export interface OutgoingMessage {
   readonly to: string;
@@ -23,26 +24,7 @@ export interface OutgoingMessage {
   readonly idempotency_key?: string;
 }
 
-export interface Message {
-  readonly message_id: string;
-  readonly channel: string;
-  readonly channel_sequence_id: number;
-  readonly sender: string;
-  readonly timestamp_iso8601: string;
-  readonly idempotency_key: string;
-  readonly to: string;
-  readonly kind: string;
-  readonly priority: 'normal' | 'critical';
-  readonly reply_to_sequence_id?: number;
-  readonly payload: Record<string, unknown>;
-}
-
-export interface Delivery {
-  readonly delivery_id: number;
-  readonly attempt: number;
-  readonly lease_expires_at: string;
-  readonly message: Message;
-}
+export type { Delivery, Message } from '../protocol/wire.js';
 
 /** delivered (201/200: stored by the adapter) or queued (202: in the sidecar's outbox). */
 export type SendResult =

@@ -1,0 +1,87 @@
+/**
+ * The imports between the parts flow one way (docs/design/architecture.md): this reads every
+ * import of src/ and checks the rules and that no file reaches itself through its imports.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect, it } from 'vitest';
+
+const SRC = fileURLToPath(new URL('../../src/', import.meta.url));
+
+/** Part → the parts it may never import. */
+const NEVER: Record<string, readonly string[]> = {
+  protocol: ['adapter', 'sidecar', 'store', 'journald', 'client', 'cli', 'log', 'settings'],
+  settings: ['adapter', 'sidecar', 'store', 'journald', 'client', 'cli', 'log'],
+  journald: ['adapter', 'sidecar', 'store', 'client', 'cli', 'log', 'settings'],
+  store: ['adapter', 'sidecar', 'journald', 'client', 'cli', 'log'],
+  client: ['adapter', 'sidecar', 'store', 'journald', 'cli', 'log', 'settings'],
+  adapter: ['sidecar', 'client', 'cli'],
+  sidecar: ['adapter', 'client', 'cli'],
+  log: ['adapter', 'sidecar', 'store', 'client', 'cli'],
+  cli: ['client'],
+};
+
+function files(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+  );
+}
+
+/** src/adapter/server.ts → adapter; src/log.ts → log. */
+function partOf(file: string): string {
+  const [first] = relative(SRC, file).split('/');
+  return first!.replace(/\.ts$/, '');
+}
+
+/** The src files a file imports (type-only imports too: they are dependencies of the design). */
+function importsOf(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  const specs = [...text.matchAll(/(?:^|\n)\s*(?:import|export)[^'";]*?from\s+'([^']+)'/g)].map(
+    (m) => m[1]!,
+  );
+  return specs
+    .filter((s) => s.startsWith('.'))
+    .map((s) => resolve(dirname(file), s).replace(/\.js$/, '.ts'));
+}
+
+const all = files(SRC);
+const graph = new Map(all.map((f) => [f, importsOf(f)]));
+
+it('every import names a file that exists', () => {
+  const missing = [...graph].flatMap(([f, deps]) =>
+    deps.filter((d) => !graph.has(d)).map((d) => `${relative(SRC, f)} → ${relative(SRC, d)}`),
+  );
+  expect(missing).toEqual([]);
+  expect(all.length).toBeGreaterThan(40); // the reader found the tree
+});
+
+it('no part imports a part it must not', () => {
+  const broken: string[] = [];
+  for (const [file, deps] of graph) {
+    const from = partOf(file);
+    const never = NEVER[from];
+    expect(never, `no rule for part "${from}"`).toBeDefined();
+    for (const d of deps) {
+      if (never!.includes(partOf(d))) broken.push(`${relative(SRC, file)} → ${relative(SRC, d)}`);
+    }
+  }
+  expect(broken).toEqual([]);
+});
+
+it('no file reaches itself through its imports', () => {
+  const state = new Map<string, 'open' | 'done'>();
+  const cycles: string[] = [];
+  const visit = (f: string, path: string[]) => {
+    if (state.get(f) === 'done') return;
+    if (state.get(f) === 'open') {
+      cycles.push([...path.slice(path.indexOf(f)), f].map((p) => relative(SRC, p)).join(' → '));
+      return;
+    }
+    state.set(f, 'open');
+    for (const d of graph.get(f) ?? []) visit(d, [...path, f]);
+    state.set(f, 'done');
+  };
+  for (const f of all) visit(f, []);
+  expect(cycles).toEqual([]);
+});
