@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
 import { intSetting, listenSetting, type SettingSpec } from '../settings.js';
+import { DEFAULT_DELIVERY } from '../store/store.js';
 
 export const ADAPTER_SETTINGS = {
   /** Where the adapter listens. Default 0.0.0.0:8080. */
@@ -18,13 +19,13 @@ export const ADAPTER_SETTINGS = {
   /** Largest message (request body of POST /v1/messages), bytes. Default 262144 (256 KiB). */
   maxMessageBytes: { env: 'AGW_MAX_MESSAGE_BYTES', default: String(DEFAULT_MAX_MESSAGE_BYTES) },
   /** Per-agent bounded queue. Default 500. */
-  queueCapacity: { env: 'AGW_QUEUE_CAPACITY', default: '500' },
+  queueCapacity: { env: 'AGW_QUEUE_CAPACITY', default: String(DEFAULT_DELIVERY.capacity) },
   /** How long a delivery waits for its ack, ms. Default 30000. */
-  leaseMs: { env: 'AGW_LEASE_MS', default: '30000' },
+  leaseMs: { env: 'AGW_LEASE_MS', default: String(DEFAULT_DELIVERY.leaseMs) },
   /** Redeliveries after the first, then dead-letter. Default 3. */
-  maxRetries: { env: 'AGW_MAX_RETRIES', default: '3' },
+  maxRetries: { env: 'AGW_MAX_RETRIES', default: String(DEFAULT_DELIVERY.maxRetries) },
   /** Redelivery backoff base, ms. Default 1000. */
-  retryBaseMs: { env: 'AGW_RETRY_BASE_MS', default: '1000' },
+  retryBaseMs: { env: 'AGW_RETRY_BASE_MS', default: String(DEFAULT_DELIVERY.retryBaseMs) },
   /** Messages older than this are pruned, contracts never. Default 30. */
   retentionDays: { env: 'AGW_RETENTION_DAYS', default: '30' },
   /** Kinds retention never prunes, comma-separated. Default task/request,policy/update. */
