@@ -1,0 +1,103 @@
+/**
+ * The sidecar's operations below its HTTP (src/sidecar/service.ts), called in-process as the
+ * MCP tools will call them: a send through one agent's sidecar reaches another agent's inbox and
+ * is acked there, with no HTTP between the caller and either service; with the adapter gone, a
+ * send answers queued, as POST /v1/messages does.
+ */
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterEach, expect, it } from 'vitest';
+import { Emergencies } from '../../src/journald/emergency.js';
+import { JournalWriter } from '../../src/journald/writer.js';
+import { type Sidecar, startSidecar } from '../../src/sidecar/server.js';
+import { SidecarSettingsSchema } from '../../src/sidecar/settings.js';
+import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { tempDir, tokenOf } from '../helpers/topology.js';
+
+const stops: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const stop of stops.splice(0).reverse()) await stop();
+});
+
+async function sidecarFor(agent: string, adapter: TestAdapter): Promise<Sidecar> {
+  const { dir, cleanup } = tempDir('agw-service-');
+  const settings = SidecarSettingsSchema.parse({
+    listen: '127.0.0.1:0',
+    adapterUrl: adapter.url,
+    agentId: agent,
+    agentToken: tokenOf(agent),
+    outbox: join(dir, 'outbox.db'),
+    outboxCapacity: '1000',
+    startupAlarmS: '60',
+    shutdownGraceMs: '0',
+    breakerBaseMs: '50',
+    breakerMaxMs: '200',
+    adapterConnectTimeoutMs: '2000',
+    journalSocket: join(dir, 'no-journal.sock'),
+    log: 'stdout',
+    logLevel: 'silent',
+  });
+  const writer = new JournalWriter({ socketPath: settings.journalSocket, stderr: { write() {} } });
+  const sidecar = await startSidecar({
+    settings,
+    logger: pino({ level: 'silent' }),
+    emergencies: new Emergencies(writer, { agentId: agent }),
+    breaker: { baseMs: 50, maxMs: 200 },
+  });
+  stops.push(() => {
+    writer.close();
+    cleanup();
+  });
+  stops.push(() => sidecar.close());
+  await sidecar.gateOpen;
+  return sidecar;
+}
+
+it('send, inbox and ack are operations of their own, answered as the HTTP API answers', async () => {
+  const adapter = await startTestAdapter();
+  stops.push(adapter.stop);
+  const pm = await sidecarFor('pm', adapter);
+  const qa = await sidecarFor('qa', adapter);
+
+  const sent = await pm.service.send({
+    to: 'product',
+    kind: 'task/request',
+    payload: { task_id: 'T-1', description: 'below the HTTP' },
+  });
+  expect(sent.status).toBe(201);
+  const ack = JSON.parse(sent.body as string);
+  expect(ack).toMatchObject({ status: 'delivered', channel: 'product', channel_sequence_id: 1 });
+  expect(ack.idempotency_key).toMatch(/^[0-9a-f-]{36}$/); // made for the caller
+
+  const inbox = await qa.service.inbox(5, 10);
+  const { deliveries } = JSON.parse(inbox.body as string);
+  expect(deliveries).toHaveLength(1);
+  expect(deliveries[0].message).toMatchObject({
+    message_id: ack.message_id,
+    sender: 'pm',
+    payload: { task_id: 'T-1' },
+  });
+  const acked = await qa.service.ack([deliveries[0].delivery_id]);
+  expect(JSON.parse(acked.body as string)).toEqual({
+    acked: [deliveries[0].delivery_id],
+    dead_lettered: [],
+    unknown: [],
+  });
+  expect(JSON.parse((await qa.service.inbox(0, 10)).body as string).deliveries).toEqual([]);
+
+  // a bad envelope is refused by the operation itself, naming the field
+  await expect(pm.service.send({ to: 'product', kind: 'task/request' })).rejects.toMatchObject({
+    code: 'invalid_envelope',
+    field: 'payload.task_id',
+  });
+});
+
+it('with the adapter gone, a send is queued and the status says so', async () => {
+  const adapter = await startTestAdapter();
+  const pm = await sidecarFor('pm', adapter);
+  await adapter.stop();
+  const answer = await pm.service.send({ to: '@qa', kind: 'status', payload: { n: 1 } });
+  expect(answer.status).toBe(202);
+  expect(answer.body).toMatchObject({ status: 'queued', outbox_depth: 1 });
+  expect(pm.service.status()).toMatchObject({ outbox: { depth: 1 }, ready: true });
+});
