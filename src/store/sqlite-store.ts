@@ -128,16 +128,21 @@ export class SqliteStore implements Store {
       pruneMessage: p(SQL.pruneMessage),
     };
     this.#tx = this.#db.transaction((ops: readonly StoreOp[]) => ops.map((op) => this.#settle(op)));
+    // Alerts travel in alerts_to's own channel: its counter must exist before the first one.
+    if (this.#alertsTo !== '') this.ensureChannels([`@${this.#alertsTo}`]);
   }
 
   commit(ops: readonly StoreOp[]): Committed {
     this.#fx.clear();
+    const counted = { ...this.stats, deadLetters: { ...this.stats.deadLetters } };
     try {
       const results = this.#tx(ops);
       return { results, effects: this.#fx.take() };
     } catch (err) {
-      // Rolled back: the depths counted in memory and the alerts that fell due never happened.
+      // Rolled back: what was counted in memory (depths, stats) and the alerts that fell due
+      // never happened.
       this.#deliveries.reloadDepths();
+      Object.assign(this.stats, counted);
       this.#alerts.forget();
       this.#fx.clear();
       throw err;

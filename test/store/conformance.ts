@@ -1,0 +1,999 @@
+/**
+ * The storage conformance suite: the promises of the Store interface (src/store/store.ts),
+ * checked through that interface alone, so that every store (SQLite today, PostgreSQL later)
+ * runs this same file. A store's test file calls storeConformance with a factory that opens a
+ * fresh, empty store per test.
+ *
+ * The clock is passed in (every operation takes `now`, every draft its receipt time), so nothing
+ * sleeps and no timer is faked. Every commit and every read is awaited, although SQLite's answer
+ * at once: another store's will be promises.
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Assignment, Priority } from '../../src/protocol/envelope.js';
+import type { Delivery, Message } from '../../src/protocol/wire.js';
+import type {
+  AlertPayload,
+  AppendOutcome,
+  Committed,
+  DeliveryConfig,
+  MessageDraft,
+  OpResults,
+  SentAlert,
+  Settled,
+  Store,
+  StoreOp,
+} from '../../src/store/store.js';
+
+/** What a factory opens for one test. */
+export interface OpenedStore {
+  readonly store: Store;
+  /** Closes the store and removes whatever the factory made for it. */
+  readonly cleanup: () => Promise<void> | void;
+  /**
+   * Changes the stored bytes of message `seq` of `channel` behind the store's back and leaves
+   * its checksum as it was, as a flipped bit on disk would (engine-specific, hence here).
+   */
+  readonly corrupt: (channel: string, seq: number) => Promise<void> | void;
+}
+
+export type StoreFactory = (opts: { delivery?: Partial<DeliveryConfig> }) => Promise<OpenedStore>;
+
+/** A fixed moment: every time in the suite is T0 plus something. */
+const T0 = Date.UTC(2031, 0, 1);
+const DAY = 24 * 3600 * 1000;
+const ALERTS_TO = 'orchestrator';
+const ALERTS_CHANNEL = `@${ALERTS_TO}`;
+
+/** Every setting spelled out (the suite relies on no store's defaults); jitter ×1.0. */
+const BASE_DELIVERY: DeliveryConfig = {
+  capacity: 500,
+  leaseMs: 30_000,
+  maxRetries: 3,
+  retryBaseMs: 1000,
+  alertsTo: ALERTS_TO,
+  alertWindowMs: 30_000,
+  random: () => 0.5,
+};
+
+const sha256 = (text: string): Buffer => createHash('sha256').update(text).digest();
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+interface DraftSpec {
+  readonly channel: string;
+  /** Recipients; for a direct channel '@x' they default to [x], for a group channel to none. */
+  readonly to?: readonly string[];
+  readonly sender?: string;
+  readonly key?: string;
+  /** Defaults to sha256(key). */
+  readonly fingerprint?: Buffer;
+  readonly kind?: string;
+  readonly priority?: Priority;
+  readonly replyTo?: number | null;
+  readonly payloadJson?: string;
+  readonly at?: number;
+}
+
+function draft(s: DraftSpec): MessageDraft {
+  const key = s.key ?? randomUUID();
+  return {
+    sender: s.sender ?? 'pm',
+    idempotencyKey: key,
+    fingerprint: s.fingerprint ?? sha256(key),
+    channel: s.channel,
+    kind: s.kind ?? 'status',
+    priority: s.priority ?? 'normal',
+    replyTo: s.replyTo ?? null,
+    payloadJson: s.payloadJson ?? '{}',
+    receivedAt: s.at ?? T0,
+    recipients: s.to ?? (s.channel.startsWith('@') ? [s.channel.slice(1)] : []),
+  };
+}
+
+/** One entry of deadLetters(), parsed. */
+interface DeadLetter {
+  readonly id: number;
+  readonly reason: string;
+  readonly attempts: number;
+  readonly recipient: string;
+  readonly dead_lettered_at: string;
+  readonly replay_delivery_id: number | null;
+  readonly message: Message;
+}
+
+/** The code of a settled operation's error, or undefined when it succeeded. */
+const errorCode = (s: Settled | undefined): string | undefined =>
+  s !== undefined && 'err' in s ? s.err.code : undefined;
+
+const outcomesOf = (s: Settled | undefined): AppendOutcome[] => {
+  if (s === undefined || 'err' in s) throw new Error(`append refused: ${errorCode(s)}`);
+  return s.ok as AppendOutcome[];
+};
+
+const byRecipient = (alerts: readonly SentAlert[]): SentAlert[] =>
+  [...alerts].sort((a, b) => a.payload.recipient.localeCompare(b.payload.recipient));
+
+/** A store under test, with the operations the tests speak in. */
+class Harness {
+  constructor(readonly store: Store) {}
+
+  /** One group, committed in one transaction. */
+  run = async (ops: readonly StoreOp[]): Promise<Committed> => await this.store.commit(ops);
+
+  /** One operation alone, settled (its result or its GatewayError). */
+  async settle(op: StoreOp): Promise<Settled> {
+    const { results } = await this.run([op]);
+    expect(results).toHaveLength(1);
+    return results[0]!;
+  }
+
+  /** One operation alone; its GatewayError is thrown. */
+  async one<O extends StoreOp>(op: O): Promise<OpResults[O['op']]> {
+    const settled = await this.settle(op);
+    if ('err' in settled) throw settled.err;
+    return settled.ok as OpResults[O['op']];
+  }
+
+  /** One append op of these drafts, in one group. */
+  async append(...drafts: MessageDraft[]): Promise<AppendOutcome[]> {
+    return await this.one({ op: 'append', drafts });
+  }
+
+  /** Appends that must all be stored (201); their assignments. */
+  async send(...drafts: MessageDraft[]): Promise<Assignment[]> {
+    return (await this.append(...drafts)).map((o, i) => {
+      if (o.status !== 201) throw new Error(`draft ${i} was not stored: ${JSON.stringify(o)}`);
+      return o.assignment;
+    });
+  }
+
+  async lease(agent: string, max: number, now: number): Promise<Delivery[]> {
+    const got = await this.one({ op: 'lease', agent, max, now });
+    return got.map((j) => JSON.parse(j) as Delivery);
+  }
+
+  async ack(agent: string, ids: readonly number[]): Promise<OpResults['ack']> {
+    return await this.one({ op: 'ack', agent, ids });
+  }
+
+  async nack(agent: string, ids: readonly number[], now: number): Promise<OpResults['nack']> {
+    return await this.one({ op: 'nack', agent, ids, now });
+  }
+
+  async sweep(now: number): Promise<Committed> {
+    return await this.run([{ op: 'sweep', now }]);
+  }
+
+  async messages(channel: string, after = 0, limit = 10_000): Promise<Message[]> {
+    const got = await this.store.channelMessages(channel, after, limit);
+    return got.map((j) => JSON.parse(j) as Message);
+  }
+
+  async deadLetters(after = 0, limit = 10_000): Promise<DeadLetter[]> {
+    const got = await this.store.deadLetters(after, limit);
+    return got.map((j) => JSON.parse(j) as DeadLetter);
+  }
+
+  async depth(agent: string): Promise<{ all: number; critical: number }> {
+    return await this.store.depth(agent);
+  }
+
+  /** The alert messages written to alerts_to so far. */
+  async alerts(): Promise<Message[]> {
+    return await this.messages(ALERTS_CHANNEL);
+  }
+}
+
+const idsOf = (ds: readonly { message: { message_id: string } }[]): string[] =>
+  ds.map((d) => d.message.message_id);
+
+export function storeConformance(name: string, factory: StoreFactory): void {
+  const opened: OpenedStore[] = [];
+  afterEach(async () => {
+    for (const o of opened.splice(0)) await o.cleanup();
+  });
+
+  /** A fresh store with these delivery settings and channel counters (alerts_to's included). */
+  async function open(
+    delivery: Partial<DeliveryConfig> = {},
+    channels: readonly string[] = [],
+  ): Promise<Harness & { corrupt: OpenedStore['corrupt'] }> {
+    const o = await factory({ delivery: { ...BASE_DELIVERY, ...delivery } });
+    opened.push(o);
+    await o.store.ensureChannels([ALERTS_CHANNEL, '@qa', '@pm', ...channels]);
+    return Object.assign(new Harness(o.store), { corrupt: o.corrupt });
+  }
+
+  describe(`${name}: sequences`, () => {
+    it('numbers each channel 1..N without a gap across many groups, batches, repeats and refusals', async () => {
+      const h = await open({}, ['product', 'ops']);
+      const first = new Map<MessageDraft, Assignment>(); // each stored draft's assignment
+      const stored: Record<string, Assignment[]> = { product: [], ops: [] };
+      let repeats = 0;
+      let refusals = 0;
+      for (let g = 0; g < 20; g++) {
+        const ops: StoreOp[] = [];
+        for (let b = 0; b <= g % 3; b++) {
+          const drafts = Array.from({ length: 1 + ((g + b) % 4) }, (_, k) =>
+            draft({ channel: (g + b + k) % 2 === 0 ? 'product' : 'ops', to: ['qa'], at: T0 + g }),
+          );
+          // a reply to a number no channel has reached yet: refused, and takes no number
+          if ((g + b) % 4 === 1) drafts.push(draft({ channel: 'ops', to: ['qa'], replyTo: 1e6 }));
+          // a repeat of a stored message (an earlier group's, or this batch's own first)
+          if (g % 5 === 2) drafts.push([...first.keys()][g]!);
+          if (g % 7 === 3) drafts.push(drafts[0]!);
+          ops.push({ op: 'append', drafts });
+        }
+        if (g % 2 === 0) ops.push({ op: 'lease', agent: 'qa', max: 3, now: T0 + g }); // other ops too
+        const { results } = await h.run(ops);
+        expect(results).toHaveLength(ops.length);
+        ops.forEach((op, i) => {
+          if (op.op !== 'append') return;
+          const outcomes = outcomesOf(results[i]);
+          expect(outcomes).toHaveLength(op.drafts.length);
+          op.drafts.forEach((d, j) => {
+            const o = outcomes[j]!;
+            const earlier = first.get(d);
+            if (earlier !== undefined) {
+              repeats++;
+              expect(o).toEqual({ status: 200, assignment: earlier });
+            } else if (d.replyTo !== null) {
+              refusals++;
+              expect(o.status).toBe('rejected');
+            } else {
+              if (o.status !== 201) throw new Error(`not stored: ${JSON.stringify(o)}`);
+              first.set(d, o.assignment);
+              stored[d.channel]!.push(o.assignment);
+            }
+          });
+        });
+      }
+      expect(repeats).toBeGreaterThanOrEqual(6);
+      expect(refusals).toBeGreaterThanOrEqual(5);
+      for (const channel of ['product', 'ops']) {
+        const assigned = stored[channel]!;
+        expect(assigned.length).toBeGreaterThan(20);
+        const oneToN = Array.from({ length: assigned.length }, (_, i) => i + 1);
+        expect(assigned.map((a) => a.channel_sequence_id)).toEqual(oneToN);
+        const read = await h.messages(channel);
+        expect(read.map((m) => m.channel_sequence_id)).toEqual(oneToN);
+        expect(read.map((m) => m.message_id)).toEqual(assigned.map((a) => a.message_id));
+      }
+    });
+
+    it('rolls a failing group back whole: its sequence numbers, messages, deliveries and leases never happened', async () => {
+      const h = await open({}, ['product']);
+      const before = await h.send(
+        draft({ channel: 'product', to: ['qa', 'pm'] }),
+        draft({ channel: 'product', to: ['qa', 'pm'] }),
+      );
+      const retry = draft({ channel: 'product', to: ['qa', 'pm'], at: T0 + 10 });
+      // the second draft names a channel with no counter: not a refusal, a failed transaction
+      await expect(
+        h.run([
+          { op: 'lease', agent: 'qa', max: 10, now: T0 + 10 },
+          { op: 'append', drafts: [retry] },
+          { op: 'append', drafts: [draft({ channel: 'no-counter', to: ['qa'], at: T0 + 10 })] },
+        ]),
+      ).rejects.toThrow();
+      expect((await h.messages('product')).map((m) => m.message_id)).toEqual(
+        before.map((a) => a.message_id),
+      );
+      expect(await h.messages('no-counter')).toEqual([]);
+      expect(await h.depth('qa')).toEqual({ all: 2, critical: 0 });
+      expect(await h.depth('pm')).toEqual({ all: 2, critical: 0 });
+      const leased = await h.lease('qa', 10, T0 + 20); // the rolled-back lease leased nothing
+      expect(idsOf(leased)).toEqual(before.map((a) => a.message_id));
+      expect(leased.map((d) => d.attempt)).toEqual([1, 1]);
+      // the retry of the failed group is new (its key was not kept) and gets the next number
+      const [again] = await h.append(retry);
+      expect(again).toMatchObject({ status: 201, assignment: { channel_sequence_id: 3 } });
+    });
+
+    it('leaves the stats counters as they were when a group rolls back', async () => {
+      const h = await open({ capacity: 1, maxRetries: 0 }, ['product']);
+      await h.send(draft({ channel: '@qa' }), draft({ channel: 'product', to: ['pm'] }));
+      const [d] = await h.lease('pm', 1, T0);
+      const stats = structuredClone(h.store.stats);
+      await expect(
+        h.run([
+          { op: 'lease', agent: 'qa', max: 1, now: T0 },
+          { op: 'nack', agent: 'pm', ids: [d!.delivery_id], now: T0 }, // a dead letter, an alert
+          { op: 'append', drafts: [draft({ channel: '@qa' })] }, // evicts: another dead letter
+          { op: 'append', drafts: [draft({ channel: 'no-counter', to: ['qa'] })] },
+        ]),
+      ).rejects.toThrow();
+      expect(h.store.stats).toEqual(stats);
+    });
+  });
+
+  describe(`${name}: idempotency`, () => {
+    it('answers a repeat of sender, key and fingerprint with 200 and the first assignment, storing nothing new', async () => {
+      const h = await open();
+      const d = draft({ channel: '@qa', at: T0 });
+      const [stored] = await h.send(d);
+      const repeat = { ...d, receivedAt: T0 + 5000 };
+      const { results, effects } = await h.run([{ op: 'append', drafts: [repeat, repeat] }]);
+      expect(outcomesOf(results[0])).toEqual([
+        { status: 200, assignment: stored },
+        { status: 200, assignment: stored },
+      ]);
+      expect(effects.woken.size).toBe(0);
+      expect((await h.messages('@qa')).map((m) => m.message_id)).toEqual([stored!.message_id]);
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 });
+      expect(idsOf(await h.lease('qa', 10, T0 + 5000))).toEqual([stored!.message_id]);
+      // two copies of a new message in one batch: one stored, one duplicate
+      const twin = draft({ channel: '@qa', at: T0 + 6000 });
+      const [a, b] = await h.append(twin, twin);
+      expect(a).toMatchObject({ status: 201, assignment: { channel_sequence_id: 2 } });
+      expect(b).toEqual({ status: 200, assignment: a!.status === 201 ? a!.assignment : null });
+      expect(await h.messages('@qa')).toHaveLength(2);
+    });
+
+    it('refuses the same key with another fingerprint as idempotency_conflict and stores nothing', async () => {
+      const h = await open();
+      const d = draft({ channel: '@qa', key: 'key-1' });
+      await h.send(d);
+      const [conflict] = await h.append({ ...d, fingerprint: sha256('another body') });
+      expect(conflict?.status).toBe('rejected');
+      expect(conflict?.status === 'rejected' && conflict.error.code).toBe('idempotency_conflict');
+      expect(await h.messages('@qa')).toHaveLength(1);
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 });
+      const [next] = await h.send(draft({ channel: '@qa' }));
+      expect(next?.channel_sequence_id).toBe(2);
+    });
+
+    it('treats the same key from another sender as a different message', async () => {
+      const h = await open();
+      const [mine] = await h.send(draft({ channel: '@qa', sender: 'pm', key: 'shared-key' }));
+      const [theirs] = await h.append(
+        draft({ channel: '@qa', sender: 'engineering', key: 'shared-key' }),
+      );
+      expect(theirs?.status).toBe(201);
+      if (theirs?.status !== 201) return;
+      expect(theirs.assignment.message_id).not.toBe(mine!.message_id);
+      expect(theirs.assignment.channel_sequence_id).toBe(2);
+      const read = await h.messages('@qa');
+      expect(read.map((m) => [m.sender, m.idempotency_key])).toEqual([
+        ['pm', 'shared-key'],
+        ['engineering', 'shared-key'],
+      ]);
+      expect(await h.depth('qa')).toEqual({ all: 2, critical: 0 });
+    });
+  });
+
+  describe(`${name}: reply_to`, () => {
+    it("refuses a reply_to_sequence_id beyond the channel's last as reply_to_not_found and stores nothing", async () => {
+      const h = await open({}, ['product']);
+      const refusedCode = (o: AppendOutcome | undefined) =>
+        o?.status === 'rejected' ? o.error.code : o?.status;
+      // an empty channel has no number 1 yet
+      expect(refusedCode((await h.append(draft({ channel: '@qa', replyTo: 1 })))[0])).toBe(
+        'reply_to_not_found',
+      );
+      await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa' }));
+      const { results, effects } = await h.run([
+        { op: 'append', drafts: [draft({ channel: '@qa', replyTo: 3 })] },
+      ]);
+      expect(refusedCode(outcomesOf(results[0])[0])).toBe('reply_to_not_found');
+      expect(effects.woken.size).toBe(0);
+      expect(await h.messages('@qa')).toHaveLength(2);
+      expect(await h.depth('qa')).toEqual({ all: 2, critical: 0 });
+      // the channel's own numbers count, not another channel's
+      expect(
+        refusedCode((await h.append(draft({ channel: 'product', to: ['qa'], replyTo: 1 })))[0]),
+      ).toBe('reply_to_not_found');
+      // the last number itself is a valid target, and the refusals took no number
+      const [reply] = await h.send(draft({ channel: '@qa', replyTo: 2 }));
+      expect(reply?.channel_sequence_id).toBe(3);
+      expect((await h.messages('@qa', 2))[0]?.reply_to_sequence_id).toBe(2);
+    });
+  });
+
+  describe(`${name}: fan-out`, () => {
+    it('fans one message out to every recipient, each of whom can lease it once, and wakes them all', async () => {
+      const h = await open({}, ['all-agents']);
+      const team = ['qa', 'engineering', 'research', 'growth', 'orchestrator'];
+      const d = draft({ channel: 'all-agents', to: team });
+      const { results, effects } = await h.run([{ op: 'append', drafts: [d] }]);
+      const [outcome] = outcomesOf(results[0]);
+      if (outcome?.status !== 201) throw new Error('not stored');
+      expect([...effects.woken].sort()).toEqual([...team].sort());
+      const deliveryIds = new Set<number>();
+      for (const agent of team) {
+        expect(await h.depth(agent)).toEqual({ all: 1, critical: 0 });
+        const got = await h.lease(agent, 10, T0);
+        expect(idsOf(got)).toEqual([outcome.assignment.message_id]);
+        deliveryIds.add(got[0]!.delivery_id);
+        expect(await h.lease(agent, 10, T0)).toEqual([]);
+      }
+      expect(deliveryIds.size).toBe(team.length);
+      expect(await h.depth('pm')).toEqual({ all: 0, critical: 0 }); // the sender got none
+      // a fan-out in a group that fails leaves no copy with anyone
+      await expect(
+        h.run([
+          { op: 'append', drafts: [draft({ channel: 'all-agents', to: team })] },
+          { op: 'append', drafts: [draft({ channel: 'no-counter', to: ['qa'] })] },
+        ]),
+      ).rejects.toThrow();
+      for (const agent of team) {
+        expect(await h.depth(agent)).toEqual({ all: 1, critical: 0 });
+        expect(await h.lease(agent, 10, T0 + 1)).toEqual([]);
+      }
+    });
+  });
+
+  describe(`${name}: bounded queues`, () => {
+    it('evicts the oldest normal pending delivery past the bound, never a critical or a leased one', async () => {
+      const h = await open({ capacity: 3 });
+      const [n1] = await h.send(draft({ channel: '@qa', at: T0 }));
+      const [c1] = await h.send(draft({ channel: '@qa', priority: 'critical', at: T0 + 1 }));
+      const [n2] = await h.send(draft({ channel: '@qa', at: T0 + 2 }));
+      expect(idsOf(await h.lease('qa', 1, T0 + 3))).toEqual([n1!.message_id]); // n1 is leased
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 1 });
+      const [n3] = await h.send(draft({ channel: '@qa', at: T0 + 4 })); // evicts n2
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 1 });
+      const [c2] = await h.send(draft({ channel: '@qa', priority: 'critical', at: T0 + 5 })); // n3
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 2 });
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.recipient, d.attempts, d.message.message_id])).toEqual([
+        ['evicted', 'qa', 0, n2!.message_id],
+        ['evicted', 'qa', 0, n3!.message_id],
+      ]);
+      // what is left: n1 (still leased) and both criticals
+      expect(idsOf(await h.lease('qa', 10, T0 + 6))).toEqual([c1!.message_id, c2!.message_id]);
+      expect(await h.messages('@qa')).toHaveLength(5); // evicted copies, stored messages
+    });
+
+    it('dead-letters a new normal delivery at once as queue_full when only criticals are queued', async () => {
+      const h = await open({ capacity: 3 });
+      const crit = await h.send(
+        ...[0, 1, 2].map((i) => draft({ channel: '@qa', priority: 'critical', at: T0 + i })),
+      );
+      const late = draft({ channel: '@qa', at: T0 + 10 });
+      const { results, effects } = await h.run([{ op: 'append', drafts: [late] }]);
+      const [outcome] = outcomesOf(results[0]);
+      if (outcome?.status !== 201) throw new Error('the message itself must be stored');
+      expect(effects.woken.has('qa')).toBe(false);
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 3 });
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.recipient, d.attempts, d.message.message_id])).toEqual([
+        ['queue_full', 'qa', 0, outcome.assignment.message_id],
+      ]);
+      expect(idsOf(await h.lease('qa', 10, T0 + 11))).toEqual(crit.map((a) => a.message_id));
+    });
+
+    it('takes a new critical delivery above the bound when only criticals are queued, with a critical_overrun alert', async () => {
+      const h = await open({ capacity: 3 });
+      await h.send(
+        ...[0, 1, 2].map((i) => draft({ channel: '@qa', priority: 'critical', at: T0 + i })),
+      );
+      const over = draft({ channel: '@qa', priority: 'critical', at: T0 + 10 });
+      const { results, effects } = await h.run([{ op: 'append', drafts: [over] }]);
+      const [outcome] = outcomesOf(results[0]);
+      if (outcome?.status !== 201) throw new Error('not stored');
+      expect(await h.depth('qa')).toEqual({ all: 4, critical: 4 });
+      const payload: AlertPayload = {
+        reason: 'critical_overrun',
+        recipient: 'qa',
+        count: 1,
+        message_ids: [outcome.assignment.message_id],
+        attempts: 0,
+      };
+      expect(effects.alerts).toEqual([{ kind: 'alert/overrun', payload }]);
+      expect(await h.alerts()).toMatchObject([
+        {
+          sender: 'adapter',
+          to: ALERTS_CHANNEL,
+          kind: 'alert/overrun',
+          priority: 'critical',
+          payload,
+        },
+      ]);
+      expect(await h.deadLetters()).toEqual([]);
+      expect(await h.lease('qa', 10, T0 + 11)).toHaveLength(4);
+    });
+
+    it('keeps depth() in step through enqueue, lease, ack, dead letter and replay', async () => {
+      const h = await open({ maxRetries: 0 });
+      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
+      await h.send(
+        draft({ channel: '@qa' }),
+        draft({ channel: '@qa', priority: 'critical' }),
+        draft({ channel: '@qa' }),
+      );
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 1 });
+      const [n1, c1, n2] = await h.lease('qa', 10, T0);
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 1 }); // leased still counts
+      await h.ack('qa', [c1!.delivery_id]);
+      expect(await h.depth('qa')).toEqual({ all: 2, critical: 0 });
+      await h.nack('qa', [n1!.delivery_id], T0 + 1); // no retries left: a dead letter
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 });
+      await h.ack('qa', [n2!.delivery_id]);
+      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
+      const [dl] = await h.deadLetters();
+      await h.one({ op: 'replay_dead_letter', id: dl!.id, now: T0 + 2 });
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 });
+      const [agent] = await h.store.agents(['qa']);
+      expect(agent).toMatchObject({ queue_depth: 1, critical_depth: 0 });
+    });
+  });
+
+  describe(`${name}: leases`, () => {
+    it('hands out critical channels first, then by oldest delivery, in sequence order inside a channel, at most max at a time', async () => {
+      const h = await open({}, ['product', 'ops']);
+      const [p1] = await h.send(draft({ channel: 'product', to: ['qa'], at: T0 }));
+      const [d1] = await h.send(draft({ channel: '@qa', at: T0 + 1 }));
+      const [o1] = await h.send(draft({ channel: 'ops', to: ['qa'], at: T0 + 2 }));
+      const [p2] = await h.send(draft({ channel: 'product', to: ['qa'], at: T0 + 3 }));
+      const [o2] = await h.send(
+        draft({ channel: 'ops', to: ['qa'], priority: 'critical', at: T0 + 4 }),
+      );
+      // ops holds a critical: it goes first, but o2 does not overtake o1 of its own channel;
+      // then product (its oldest is older than @qa's), whole, then @qa
+      const ids = (as: (Assignment | undefined)[]) => as.map((a) => a!.message_id);
+      expect(idsOf(await h.lease('qa', 4, T0 + 5))).toEqual(ids([o1, o2, p1, p2]));
+      expect(idsOf(await h.lease('qa', 4, T0 + 5))).toEqual(ids([d1]));
+      expect(await h.lease('qa', 4, T0 + 5)).toEqual([]);
+    });
+
+    it('leases until now + leaseMs and hands a leased delivery out again only after it expired', async () => {
+      const h = await open({ leaseMs: 10_000, retryBaseMs: 1000 });
+      const [m] = await h.send(draft({ channel: '@qa', at: T0 }));
+      const t = T0 + 100;
+      const { results, effects } = await h.run([{ op: 'lease', agent: 'qa', max: 10, now: t }]);
+      const [first] = (results[0] as { ok: string[] }).ok.map((j) => JSON.parse(j) as Delivery);
+      expect(first).toMatchObject({
+        attempt: 1,
+        lease_expires_at: iso(t + 10_000),
+        message: { message_id: m!.message_id, channel: '@qa', channel_sequence_id: 1 },
+      });
+      expect(effects.timingChanged).toBe(true);
+      expect(await h.store.nextDue(t)).toBe(t + 10_000);
+      await h.sweep(t + 9_999);
+      expect(await h.lease('qa', 10, t + 9_999)).toEqual([]);
+      await h.sweep(t + 10_000); // expired: a failed attempt, ready after 1000 × 2^0
+      expect(await h.lease('qa', 10, t + 10_999)).toEqual([]);
+      const [second] = await h.lease('qa', 10, t + 11_000);
+      expect(second).toMatchObject({
+        delivery_id: first!.delivery_id,
+        attempt: 2,
+        lease_expires_at: iso(t + 21_000),
+      });
+    });
+  });
+
+  describe(`${name}: acks`, () => {
+    it('does not hand out an acked delivery again, and a repeated ack is harmless', async () => {
+      const h = await open({ leaseMs: 10_000, retryBaseMs: 1000 });
+      await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa' }), draft({ channel: '@qa' }));
+      const [a, b, c] = await h.lease('qa', 10, T0);
+      const ids = [a!.delivery_id, b!.delivery_id];
+      expect(await h.ack('qa', ids)).toEqual({ acked: ids, dead: [], unknown: [] });
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 });
+      expect(await h.ack('qa', [a!.delivery_id])).toEqual({
+        acked: [a!.delivery_id],
+        dead: [],
+        unknown: [],
+      });
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 });
+      await h.sweep(T0 + 10_000); // every lease expired; only the unacked one comes back
+      const again = await h.lease('qa', 10, T0 + 11_000);
+      expect(again.map((d) => [d.delivery_id, d.attempt])).toEqual([[c!.delivery_id, 2]]);
+    });
+
+    it("refuses a whole ack as not_your_delivery when one id is another agent's, writing nothing", async () => {
+      const h = await open();
+      await h.send(draft({ channel: '@qa' }), draft({ channel: '@pm' }));
+      const [x] = await h.lease('qa', 10, T0);
+      const [y] = await h.lease('pm', 10, T0);
+      const { results } = await h.run([
+        { op: 'ack', agent: 'qa', ids: [x!.delivery_id, y!.delivery_id] },
+        { op: 'ack', agent: 'pm', ids: [y!.delivery_id] }, // settles on its own
+      ]);
+      expect(errorCode(results[0])).toBe('not_your_delivery');
+      expect(results[1]).toEqual({ ok: { acked: [y!.delivery_id], dead: [], unknown: [] } });
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 }); // x was not acked
+      expect(
+        errorCode(await h.settle({ op: 'nack', agent: 'qa', ids: [y!.delivery_id], now: T0 })),
+      ).toBe('not_your_delivery');
+      expect(await h.ack('qa', [x!.delivery_id])).toEqual({
+        acked: [x!.delivery_id],
+        dead: [],
+        unknown: [],
+      });
+      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
+    });
+
+    it('reports unknown delivery ids, and an ack of a dead-lettered delivery as dead', async () => {
+      const h = await open({ maxRetries: 0 });
+      await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa' }));
+      const [m1, m2] = await h.lease('qa', 10, T0);
+      await h.nack('qa', [m1!.delivery_id], T0 + 1); // dead at once
+      const unknown = m2!.delivery_id + 1000;
+      expect(await h.ack('qa', [m1!.delivery_id, m2!.delivery_id, unknown])).toEqual({
+        acked: [m2!.delivery_id],
+        dead: [m1!.delivery_id],
+        unknown: [unknown],
+      });
+      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.message.message_id])).toEqual([
+        ['nacked', m1!.message.message_id],
+      ]);
+    });
+  });
+
+  describe(`${name}: nacks and retries`, () => {
+    it('makes a nacked delivery ready again after base × 2^(attempt−1) × jitter, then dead-letters it as nacked with an alert', async () => {
+      const h = await open({ leaseMs: 60_000, retryBaseMs: 1000, maxRetries: 2 });
+      const [m] = await h.send(draft({ channel: '@qa', at: T0 }));
+      let now = T0;
+      let deliveryId: number | undefined;
+      for (const attempt of [1, 2]) {
+        const [d] = await h.lease('qa', 10, now);
+        expect(d).toMatchObject({ attempt, message: { message_id: m!.message_id } });
+        deliveryId ??= d!.delivery_id;
+        expect(d!.delivery_id).toBe(deliveryId);
+        now += 50;
+        const { results, effects } = await h.run([
+          { op: 'nack', agent: 'qa', ids: [deliveryId], now },
+        ]);
+        expect(results[0]).toEqual({ ok: { nacked: [deliveryId], ignored: [], unknown: [] } });
+        expect(effects.timingChanged).toBe(true);
+        const wait = 1000 * 2 ** (attempt - 1); // jitter 0.75 + 0.5 × 0.5 = 1
+        expect(await h.store.nextDue(now)).toBe(now + wait);
+        expect(await h.lease('qa', 10, now + wait - 1)).toEqual([]);
+        now += wait;
+      }
+      const [third] = await h.lease('qa', 10, now);
+      expect(third).toMatchObject({ delivery_id: deliveryId, attempt: 3 });
+      now += 50;
+      const { results, effects } = await h.run([
+        { op: 'nack', agent: 'qa', ids: [deliveryId!], now },
+      ]);
+      expect(results[0]).toEqual({ ok: { nacked: [deliveryId], ignored: [], unknown: [] } });
+      expect(effects.alerts).toEqual([
+        {
+          kind: 'alert/dead-letter',
+          payload: {
+            reason: 'nacked',
+            recipient: 'qa',
+            count: 1,
+            message_ids: [m!.message_id],
+            attempts: 3,
+          },
+        },
+      ]);
+      expect(await h.deadLetters()).toMatchObject([
+        {
+          reason: 'nacked',
+          attempts: 3,
+          recipient: 'qa',
+          dead_lettered_at: iso(now),
+          message: { message_id: m!.message_id },
+        },
+      ]);
+      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
+      expect(await h.lease('qa', 10, now + DAY)).toEqual([]);
+    });
+
+    it('turns an expired lease into a failed attempt at the sweep, with the same backoff, then dead-letters it as lease_expired with an alert', async () => {
+      const h = await open({ leaseMs: 10_000, retryBaseMs: 1000, maxRetries: 1 });
+      const [m] = await h.send(draft({ channel: '@qa', at: T0 }));
+      const [d1] = await h.lease('qa', 10, T0);
+      expect(await h.sweep(T0 + 9_999)).toMatchObject({ effects: { alerts: [] } });
+      expect(await h.lease('qa', 10, T0 + 9_999)).toEqual([]); // still leased
+      await h.sweep(T0 + 10_000);
+      expect(await h.store.nextDue(T0 + 10_000)).toBe(T0 + 11_000);
+      expect(await h.lease('qa', 10, T0 + 10_999)).toEqual([]);
+      const [d2] = await h.lease('qa', 10, T0 + 11_000);
+      expect(d2).toMatchObject({ delivery_id: d1!.delivery_id, attempt: 2 });
+      // 1 + maxRetries attempts made: the next failure is the last
+      expect(await h.sweep(T0 + 20_999)).toMatchObject({ effects: { alerts: [] } });
+      const { effects } = await h.sweep(T0 + 21_000);
+      expect(effects.alerts).toEqual([
+        {
+          kind: 'alert/dead-letter',
+          payload: {
+            reason: 'lease_expired',
+            recipient: 'qa',
+            count: 1,
+            message_ids: [m!.message_id],
+            attempts: 2,
+          },
+        },
+      ]);
+      expect(await h.deadLetters()).toMatchObject([
+        { reason: 'lease_expired', attempts: 2, recipient: 'qa' },
+      ]);
+      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
+      expect(await h.lease('qa', 10, T0 + DAY)).toEqual([]);
+    });
+
+    it('ignores a nack of a delivery that is not leased, and reports unknown ids', async () => {
+      const h = await open({ leaseMs: 10_000, retryBaseMs: 1000 });
+      await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa' }));
+      const [waiting, acked] = await h.lease('qa', 10, T0);
+      await h.ack('qa', [acked!.delivery_id]);
+      await h.sweep(T0 + 10_000); // `waiting` now waits for its retry at T0 + 11,000
+      const unknown = acked!.delivery_id + 1000;
+      const ids = [waiting!.delivery_id, acked!.delivery_id, unknown];
+      expect(await h.nack('qa', ids, T0 + 10_500)).toEqual({
+        nacked: [],
+        ignored: [waiting!.delivery_id, acked!.delivery_id],
+        unknown: [unknown],
+      });
+      // the ignored nack moved nothing: the retry is ready when it was, as attempt 2
+      const [again] = await h.lease('qa', 10, T0 + 11_000);
+      expect(again).toMatchObject({ delivery_id: waiting!.delivery_id, attempt: 2 });
+    });
+  });
+
+  describe(`${name}: dead letters`, () => {
+    it('pages dead letters oldest first, each with its reason, attempts, recipient and message', async () => {
+      const h = await open({ capacity: 2, maxRetries: 0 });
+      const [m1] = await h.send(draft({ channel: '@qa', at: T0 }));
+      await h.send(draft({ channel: '@qa', at: T0 }));
+      const [l1] = await h.lease('qa', 10, T0); // both leased
+      await h.nack('qa', [l1!.delivery_id], T0 + 1); // nacked, 1 attempt
+      await h.send(
+        draft({ channel: '@pm', priority: 'critical', at: T0 + 2 }),
+        draft({ channel: '@pm', priority: 'critical', at: T0 + 2 }),
+      );
+      const [m3] = await h.send(draft({ channel: '@pm', at: T0 + 2 })); // queue_full
+      const [m4] = await h.send(draft({ channel: '@qa', at: T0 + 3 }));
+      await h.send(draft({ channel: '@qa', at: T0 + 4 })); // evicts m4 (the other is leased)
+      const expected = [
+        ['nacked', 1, 'qa', m1!.message_id, iso(T0 + 1)],
+        ['queue_full', 0, 'pm', m3!.message_id, iso(T0 + 2)],
+        ['evicted', 0, 'qa', m4!.message_id, iso(T0 + 4)],
+      ];
+      const row = (d: DeadLetter) => [
+        d.reason,
+        d.attempts,
+        d.recipient,
+        d.message.message_id,
+        d.dead_lettered_at,
+      ];
+      const page1 = await h.deadLetters(0, 2);
+      expect(page1.map(row)).toEqual(expected.slice(0, 2));
+      const page2 = await h.deadLetters(page1[1]!.id, 2);
+      expect(page2.map(row)).toEqual(expected.slice(2));
+      expect(await h.deadLetters(page2[0]!.id, 2)).toEqual([]);
+      const all = await h.deadLetters();
+      expect(all.map((d) => d.id)).toEqual([...page1, ...page2].map((d) => d.id));
+      expect(all.every((d, i) => i === 0 || d.id > all[i - 1]!.id)).toBe(true);
+      expect(all.map((d) => d.replay_delivery_id)).toEqual([null, null, null]);
+      expect(all[1]!.message).toMatchObject({ channel: '@pm', sender: 'pm', kind: 'status' });
+    });
+
+    it('replays a dead letter once as a fresh delivery; a second replay returns the same delivery; an unknown id answers undefined', async () => {
+      const h = await open({ maxRetries: 0 });
+      const [m] = await h.send(draft({ channel: '@qa', priority: 'critical' }));
+      const [old] = await h.lease('qa', 10, T0);
+      await h.nack('qa', [old!.delivery_id], T0 + 1);
+      const [dl] = await h.deadLetters();
+      const first = await h.run([{ op: 'replay_dead_letter', id: dl!.id, now: T0 + 100 }]);
+      const replay = (first.results[0] as { ok: OpResults['replay_dead_letter'] }).ok;
+      expect(replay).toEqual({ delivery_id: expect.any(Number), replayed: true });
+      expect(replay!.delivery_id).not.toBe(old!.delivery_id);
+      expect([...first.effects.woken]).toEqual(['qa']);
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 1 });
+      const second = await h.run([{ op: 'replay_dead_letter', id: dl!.id, now: T0 + 200 }]);
+      expect(second.results[0]).toEqual({
+        ok: { delivery_id: replay!.delivery_id, replayed: false },
+      });
+      expect(second.effects.woken.size).toBe(0);
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 1 });
+      expect((await h.deadLetters())[0]?.replay_delivery_id).toBe(replay!.delivery_id);
+      const leased = await h.lease('qa', 10, T0 + 300);
+      expect(leased).toMatchObject([
+        { delivery_id: replay!.delivery_id, attempt: 1, message: { message_id: m!.message_id } },
+      ]);
+      expect(
+        await h.one({ op: 'replay_dead_letter', id: dl!.id + 1000, now: T0 + 400 }),
+      ).toBeUndefined();
+    });
+  });
+
+  describe(`${name}: alerts`, () => {
+    it('aggregates a burst of 1,000 dead letters into one alert per recipient and reason per window, with the counts since', async () => {
+      const h = await open({ capacity: 1, alertWindowMs: 30_000 });
+      await h.send(
+        draft({ channel: '@qa', priority: 'critical' }),
+        draft({ channel: '@pm', priority: 'critical' }),
+      );
+      // both queues (capacity 1) hold a critical: every normal copy is dead-lettered at once
+      const qa = Array.from({ length: 600 }, (_, i) => draft({ channel: '@qa', at: T0 + i }));
+      const pm = Array.from({ length: 400 }, (_, i) => draft({ channel: '@pm', at: T0 + i }));
+      const burst = await h.run([{ op: 'append', drafts: [...qa, ...pm] }]);
+      const stored = outcomesOf(burst.results[0]).map((o) =>
+        o.status === 201 ? o.assignment.message_id : 'not stored',
+      );
+      const qaIds = stored.slice(0, 600);
+      const pmIds = stored.slice(600);
+      const alert = (recipient: string, count: number, ids: string[]): SentAlert => ({
+        kind: 'alert/dead-letter',
+        payload: { reason: 'queue_full', recipient, count, message_ids: ids, attempts: 0 },
+      });
+      expect(byRecipient(burst.effects.alerts)).toEqual([
+        alert('pm', 1, [pmIds[0]!]),
+        alert('qa', 1, [qaIds[0]!]),
+      ]);
+      const written = await h.alerts();
+      expect(written).toHaveLength(2);
+      for (const m of written) {
+        expect(m).toMatchObject({
+          sender: 'adapter',
+          channel: ALERTS_CHANNEL,
+          to: ALERTS_CHANNEL,
+          kind: 'alert/dead-letter',
+          priority: 'critical',
+        });
+      }
+      expect(byRecipient(written as unknown as SentAlert[]).map((m) => m.payload)).toEqual(
+        byRecipient(burst.effects.alerts).map((a) => a.payload),
+      );
+      expect(burst.effects.woken.has(ALERTS_TO)).toBe(true);
+      expect(await h.store.nextDue(T0 + 1000)).toBe(T0 + 30_000);
+
+      const inside = await h.sweep(T0 + 29_999);
+      expect(inside.effects.alerts).toEqual([]);
+      expect(await h.alerts()).toHaveLength(2);
+
+      const end = await h.sweep(T0 + 30_000);
+      const sent = byRecipient(end.effects.alerts);
+      expect(
+        sent.map((a) => [a.kind, a.payload.reason, a.payload.recipient, a.payload.count]),
+      ).toEqual([
+        ['alert/dead-letter', 'queue_full', 'pm', 399],
+        ['alert/dead-letter', 'queue_full', 'qa', 599],
+      ]);
+      const [pmIdsListed, qaIdsListed] = sent.map((a) => a.payload.message_ids);
+      for (const [listed, ids] of [
+        [pmIdsListed!, pmIds.slice(1)],
+        [qaIdsListed!, qaIds.slice(1)],
+      ] as const) {
+        expect(listed.length).toBe(20);
+        expect(new Set(listed).size).toBe(20);
+        expect(listed.every((id) => ids.includes(id))).toBe(true);
+      }
+      const after = await h.alerts();
+      expect(after).toHaveLength(4);
+      expect(byRecipient(after.slice(2) as unknown as SentAlert[]).map((m) => m.payload)).toEqual(
+        sent.map((a) => a.payload),
+      );
+      expect(await h.store.nextDue(T0 + 30_000)).toBeUndefined();
+      expect((await h.sweep(T0 + 90_000)).effects.alerts).toEqual([]); // nothing more to say
+      expect(await h.alerts()).toHaveLength(4);
+      expect(await h.deadLetters()).toHaveLength(1000);
+      expect(h.store.stats.deadLetters.queue_full).toBe(1000);
+      expect(h.store.stats.alerts).toBe(4);
+    });
+  });
+
+  describe(`${name}: retention`, () => {
+    it('prunes old messages with their deliveries and dead letters, within the limit, keeping kept kinds and messages still awaited', async () => {
+      const h = await open({ maxRetries: 0 }, ['product']);
+      const leaseOne = async (at: number) => (await h.lease('qa', 1, at))[0]!;
+      const aDraft = draft({ channel: '@qa', at: T0 });
+      const [a] = await h.send(aDraft); // acked: goes
+      const la = await leaseOne(T0);
+      await h.ack('qa', [la.delivery_id]);
+      const [b] = await h.send(draft({ channel: '@qa', kind: 'task/request', at: T0 + 1 }));
+      await h.ack('qa', [(await leaseOne(T0 + 1)).delivery_id]); // a kept kind: stays
+      const [c] = await h.send(draft({ channel: 'product', to: ['qa', 'pm'], at: T0 + 2 }));
+      await h.ack('qa', [(await leaseOne(T0 + 2)).delivery_id]); // pm's copy pending: stays
+      const [d] = await h.send(draft({ channel: '@qa', at: T0 + 3 }));
+      await h.nack('qa', [(await leaseOne(T0 + 3)).delivery_id], T0 + 3); // dead-lettered: goes
+      const [deadD] = await h.deadLetters();
+      const [e] = await h.send(draft({ channel: '@qa', at: T0 + 4 }));
+      await leaseOne(T0 + 4); // leased, never acked: stays
+      const [f] = await h.send(draft({ channel: '@qa', at: T0 + 2 * DAY })); // young: stays
+      const before = T0 + DAY;
+      const keep = ['task/request', 'policy/update'];
+
+      expect(await h.one({ op: 'prune', before, keep, limit: 1 })).toBe(1);
+      expect(await h.one({ op: 'prune', before, keep, limit: 100 })).toBe(1);
+      expect(await h.one({ op: 'prune', before, keep, limit: 100 })).toBe(0);
+
+      const ids = (as: (Assignment | undefined)[]) => as.map((x) => x!.message_id);
+      expect((await h.messages('@qa')).map((m) => m.message_id)).toEqual(ids([b, e, f]));
+      expect((await h.messages('product')).map((m) => m.message_id)).toEqual(ids([c]));
+      expect(await h.deadLetters()).toEqual([]); // d's dead letter went with it
+      expect(await h.one({ op: 'replay_dead_letter', id: deadD!.id, now: T0 })).toBeUndefined();
+      expect(await h.ack('qa', [la.delivery_id])).toEqual({
+        acked: [],
+        dead: [],
+        unknown: [la.delivery_id], // a's delivery went with it
+      });
+      expect(await h.depth('pm')).toEqual({ all: 1, critical: 0 });
+      expect(idsOf(await h.lease('pm', 10, T0 + 2 * DAY))).toEqual(ids([c]));
+      // a's key went too: the same message again is new, with a new number (never a reused one)
+      const [reused] = await h.append({ ...aDraft, receivedAt: T0 + 3 * DAY });
+      expect(reused?.status).toBe(201);
+      if (reused?.status !== 201) return;
+      expect(reused.assignment.message_id).not.toBe(a!.message_id);
+      expect(reused.assignment.channel_sequence_id).toBe(6);
+      expect(d!.channel_sequence_id).toBe(3); // (sanity: @qa had 1..5)
+    });
+  });
+
+  describe(`${name}: agents`, () => {
+    it('answers a heartbeat with the depths and shows last_seen as ISO in agents()', async () => {
+      const h = await open();
+      await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa', priority: 'critical' }));
+      expect(await h.store.agents(['qa', 'pm'])).toEqual([
+        { id: 'qa', last_seen: null, queue_depth: 2, critical_depth: 1 },
+        { id: 'pm', last_seen: null, queue_depth: 0, critical_depth: 0 },
+      ]);
+      expect(await h.one({ op: 'heartbeat', agent: 'qa', now: T0 + 500 })).toEqual({
+        pending: 2,
+        critical_pending: 1,
+      });
+      expect(await h.store.agents(['pm', 'qa'])).toEqual([
+        { id: 'pm', last_seen: null, queue_depth: 0, critical_depth: 0 },
+        { id: 'qa', last_seen: iso(T0 + 500), queue_depth: 2, critical_depth: 1 },
+      ]);
+      const [first] = await h.lease('qa', 1, T0 + 600);
+      await h.ack('qa', [first!.delivery_id]);
+      // the normal one went first (one channel: sequence order); the critical one is left
+      expect(await h.one({ op: 'heartbeat', agent: 'qa', now: T0 + 900 })).toEqual({
+        pending: 1,
+        critical_pending: 1,
+      });
+      expect(await h.store.agents(['qa'])).toEqual([
+        { id: 'qa', last_seen: iso(T0 + 900), queue_depth: 1, critical_depth: 1 },
+      ]);
+    });
+  });
+
+  describe(`${name}: integrity`, () => {
+    it('refuses to serve a corrupt row with integrity_error and sets corruption', async () => {
+      const h = await open();
+      const [, healthy] = await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa' }));
+      expect(h.store.corruption).toBeUndefined();
+      await h.corrupt('@qa', 1);
+      await expect(h.messages('@qa')).rejects.toHaveProperty('code', 'integrity_error');
+      expect(h.store.corruption).toEqual(expect.any(String));
+      expect(h.store.corruption).not.toBe('');
+      // the rows around it are still served
+      expect((await h.messages('@qa', 1)).map((m) => m.message_id)).toEqual([healthy!.message_id]);
+    });
+
+    it('fails a lease that meets a corrupt row as integrity_error, alone, leasing nothing', async () => {
+      const h = await open({}, ['ops']);
+      const [good] = await h.send(draft({ channel: 'ops', to: ['qa'], priority: 'critical' }));
+      await h.send(draft({ channel: '@qa' }));
+      await h.corrupt('@qa', 1);
+      const { results } = await h.run([
+        { op: 'lease', agent: 'qa', max: 10, now: T0 },
+        { op: 'append', drafts: [draft({ channel: '@pm' })] }, // the rest of the group commits
+      ]);
+      expect(errorCode(results[0])).toBe('integrity_error');
+      expect(outcomesOf(results[1])[0]?.status).toBe(201);
+      expect(h.store.corruption).toEqual(expect.any(String));
+      expect(await h.messages('@pm')).toHaveLength(1);
+      expect(await h.depth('qa')).toEqual({ all: 2, critical: 1 });
+      // nothing was leased by the failed op: the healthy one comes out now, as a first attempt
+      expect(await h.lease('qa', 1, T0 + 1)).toMatchObject([
+        { attempt: 1, message: { message_id: good!.message_id } },
+      ]);
+      expect(errorCode(await h.settle({ op: 'lease', agent: 'qa', max: 10, now: T0 + 2 }))).toBe(
+        'integrity_error',
+      );
+    });
+
+    it('resolves checkIntegrity with no problems on a healthy store', async () => {
+      const h = await open({}, ['product']);
+      await h.send(draft({ channel: 'product', to: ['qa', 'pm'] }), draft({ channel: '@qa' }));
+      const got = await h.lease('qa', 10, T0);
+      await h.ack(
+        'qa',
+        got.map((d) => d.delivery_id),
+      );
+      expect(await h.store.checkIntegrity()).toEqual([]);
+    });
+  });
+}
