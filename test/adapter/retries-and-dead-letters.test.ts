@@ -1,8 +1,11 @@
 /**
  * Leases, retries and dead letters over HTTP, with short leases (100 ms) and a 5 ms backoff
- * base instead of long sleeps; and bounded queues with priority-aware eviction.
+ * base; and bounded queues with priority-aware eviction. No test sleeps for a lease to run
+ * out: it waits for what follows, a redelivery or an alert on a long poll, or the delivery's
+ * row turning pending again.
  */
 import { randomUUID } from 'node:crypto';
+import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { call, type Json, startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 
@@ -17,7 +20,8 @@ const send = (agent: string, to: string, extra: Record<string, unknown> = {}) =>
     agent,
     body: { idempotency_key: randomUUID(), to, kind: 'status', payload: {}, ...extra },
   });
-const poll = (agent: string, wait = 2, max = 10) =>
+/** A long poll: it answers as soon as there is a delivery; `wait` only bounds a failing test. */
+const poll = (agent: string, wait = 10, max = 10) =>
   call(t!.url, 'GET', `/v1/inbox?wait=${wait}&max=${max}`, { agent }).then(
     (r) => r.body.deliveries as Json[],
   );
@@ -28,7 +32,29 @@ const deadLetters = () =>
     (r) => r.body.dead_letters as Json[],
   );
 
-describe('retries', () => {
+/** A delivery's row as the adapter stored it (state: 0 pending, 1 leased, 2 acked, 3 dead). */
+function deliveryRow(id: number): { state: number; attempt: number } {
+  const db = new Database(t!.db, { readonly: true });
+  try {
+    return db.prepare('SELECT state, attempt FROM deliveries WHERE id = ?').get(id) as {
+      state: number;
+      attempt: number;
+    };
+  } finally {
+    db.close();
+  }
+}
+
+/** Polls `check` until it holds; the deadline is generous and only bounds a failing test. */
+async function until(check: () => boolean, what: string, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe('retries', { timeout: 60_000 }, () => {
   it('hands out an unacked message exactly 1 + 3 times, then dead-letters it and alerts', async () => {
     t = await startTestAdapter({ leaseMs: '100', retryBaseMs: '5', maxRetries: '3' });
     const sent = await send('pm', '@qa');
@@ -40,8 +66,10 @@ describe('retries', () => {
       attempts.push(got[0].attempt);
     }
     expect(attempts).toEqual([1, 2, 3, 4]);
-    // the fourth lease expires: no fifth hand-out, a dead letter instead
-    expect(await poll('qa', 1)).toEqual([]);
+    // the fourth lease expires: a dead letter instead of a fifth hand-out, and with it an alert,
+    // which orchestrator's long poll answers with as soon as it is committed
+    const alerts = await poll('orchestrator');
+    expect(await poll('qa', 0)).toEqual([]);
     const dead = await deadLetters();
     expect(dead).toHaveLength(1);
     expect(dead[0]).toMatchObject({
@@ -50,7 +78,6 @@ describe('retries', () => {
       recipient: 'qa',
       message: { message_id: sent.body.message_id },
     });
-    const alerts = await poll('orchestrator', 1);
     expect(alerts).toHaveLength(1);
     expect(alerts[0].message).toMatchObject({
       sender: 'adapter',
@@ -78,8 +105,14 @@ describe('retries', () => {
     expect(nack.body).toEqual({ nacked: [first.delivery_id], ignored: [], unknown: [] });
     const [second] = await poll('qa');
     expect(second).toMatchObject({ delivery_id: first.delivery_id, attempt: 2 });
-    await new Promise((r) => setTimeout(r, 150)); // the lease runs out ...
+    // the lease runs out: the delivery is pending again, waiting for its retry ...
+    await until(() => {
+      const row = deliveryRow(second.delivery_id);
+      return row.state === 0 && row.attempt === 2;
+    }, 'the second lease to run out');
     expect((await ack('qa', [second.delivery_id])).body.acked).toEqual([second.delivery_id]); // ... but the work was done
+    // nothing comes after the ack: a second's wait, which spans many retry backoffs (~10 ms),
+    // proves the negative; there is no event to wait for instead
     expect(await poll('qa', 1)).toEqual([]);
     expect(await deadLetters()).toEqual([]);
   });
@@ -94,7 +127,12 @@ describe('retries', () => {
       await ack(m, [got[0].delivery_id]);
     }
     for (let i = 0; i < 4; i++) expect(await poll('growth')).toHaveLength(1); // never acked
-    await new Promise((r) => setTimeout(r, 300));
+    // the fourth lease runs out: growth's dead letter raises an alert, which orchestrator's long
+    // poll answers with as soon as it is committed
+    const alerts = await poll('orchestrator');
+    expect(alerts.map((a) => [a.message.kind, a.message.payload.recipient])).toEqual([
+      ['alert/dead-letter', 'growth'],
+    ]);
     for (const m of members) expect(await poll(m, 0)).toEqual([]);
     const dead = await deadLetters();
     expect(dead.map((d) => [d.recipient, d.reason, d.message.message_id])).toEqual([
@@ -106,7 +144,14 @@ describe('retries', () => {
     t = await startTestAdapter({ leaseMs: '100', retryBaseMs: '5', maxRetries: '0' });
     await send('pm', '@qa');
     await poll('qa');
-    await new Promise((r) => setTimeout(r, 250));
+    // the lease runs out (no retries): a dead letter, and an alert that orchestrator's long poll
+    // answers with as soon as it is committed; acked, so that it does not dead-letter in turn
+    const alerts = await poll('orchestrator');
+    expect(alerts.map((a) => [a.message.kind, a.message.payload.recipient])).toEqual([
+      ['alert/dead-letter', 'qa'],
+    ]);
+    const alertIds = alerts.map((a) => a.delivery_id as number);
+    await ack('orchestrator', alertIds);
     const [dead] = await deadLetters();
     expect(dead).toBeDefined();
     const r1 = await call(t.url, 'POST', `/v1/dead-letters/${dead.id}/replay`, {

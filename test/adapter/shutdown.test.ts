@@ -23,7 +23,13 @@ it('SIGTERM finishes what was taken, refuses the rest, and closes the store', {
   const acked = new Set<string>();
   const statuses = new Map<number, number>();
   let stop = false;
-  const worker = async () => {
+  // under load: every one of the 32 connections has had a message acked, and they keep sending
+  const loaded = new Set<number>();
+  let underLoad = () => {};
+  const running = new Promise<void>((resolve) => {
+    underLoad = resolve;
+  });
+  const worker = async (_: unknown, n: number) => {
     while (!stop) {
       const key = randomUUID();
       try {
@@ -40,15 +46,23 @@ it('SIGTERM finishes what was taken, refuses the rest, and closes the store', {
         });
         const body = (await res.body.json()) as { error?: string };
         statuses.set(res.statusCode, (statuses.get(res.statusCode) ?? 0) + 1);
-        if (res.statusCode === 201) acked.add(key);
-        else expect(body.error).toBe('shutting_down');
+        if (res.statusCode === 201) {
+          acked.add(key);
+          loaded.add(n);
+          if (loaded.size === 32) underLoad();
+        } else expect(body.error).toBe('shutting_down');
       } catch {
         // the listener is closed: the request never reached the adapter
       }
     }
   };
   const workers = Array.from({ length: 32 }, worker);
-  await new Promise((r) => setTimeout(r, 300));
+  await Promise.race([
+    running,
+    adapter.exited.then(() => {
+      throw new Error(`the adapter exited under load:\n${adapter.lines.join('\n')}`);
+    }),
+  ]);
   adapter.child.kill('SIGTERM');
   const exit = await adapter.exited;
   stop = true;

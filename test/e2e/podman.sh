@@ -36,7 +36,7 @@ fail() {
 }
 
 for tool in podman runc debootstrap journalctl; do
-  command -v "$tool" >/dev/null || fail "$tool is missing (.ci/run installs podman, runc, debootstrap and systemd)"
+  command -v "$tool" >/dev/null || fail "$tool is missing (bash test/setup.sh installs podman, runc, debootstrap and systemd)"
 done
 [ -x /lib/systemd/systemd-journald ] || fail "/lib/systemd/systemd-journald is missing"
 [ "$(id -u)" = 0 ] || fail "run as root (podman kube play with hostPath sockets, debootstrap)"

@@ -74,6 +74,11 @@ async function sidecarFor(
 const portOf = (url: string) => Number(new URL(url).port);
 const send = (sidecar: string, n: number, to = '@qa') =>
   call(sidecar, 'POST', '/v1/messages', { body: { to, kind: 'status', payload: { n } } });
+/**
+ * Waits for an event the sidecar shows only in its answers (its gate, its outbox depth) by
+ * asking again every 50 ms: the interval paces the polling, it guesses nothing; the deadline is
+ * generous and only bounds a failing test.
+ */
 async function until(check: () => Promise<boolean>, what: string, ms = 20_000) {
   const deadline = Date.now() + ms;
   while (!(await check())) {
