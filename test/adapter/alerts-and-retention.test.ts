@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 import type { MessageDraft } from '../../src/store/store.js';
-import { call, type Json, startTestAdapter } from '../helpers/adapter.js';
+import { startTestAdapter } from '../helpers/adapter.js';
+import { call, type Json } from '../helpers/http.js';
 import { tempDir } from '../helpers/topology.js';
 
 let store: SqliteStore;

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { Pool } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type ChildAdapter, spawnAdapter } from '../helpers/adapter.js';
+import { type ChildAdapter, spawnAdapter } from '../helpers/cli.js';
 import { AGENTS, CHANNELS, tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 
 const KILLS = Number(process.env.AGW_TEST_KILLS ?? 24);

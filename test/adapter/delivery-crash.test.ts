@@ -5,7 +5,8 @@
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, expect, it } from 'vitest';
-import { type ChildAdapter, call, type Json, spawnAdapter } from '../helpers/adapter.js';
+import { type ChildAdapter, spawnAdapter } from '../helpers/cli.js';
+import { call, type Json } from '../helpers/http.js';
 import { tempDir, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-dcrash-');

@@ -4,7 +4,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { call, type Json, startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { call, type Json } from '../helpers/http.js';
 import { sha256Hex, tokenOf, topologyObject } from '../helpers/topology.js';
 
 let t: TestAdapter | undefined;

@@ -7,7 +7,8 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, expect, it } from 'vitest';
-import { type ChildAdapter, call, spawnAdapter } from '../helpers/adapter.js';
+import { type ChildAdapter, spawnAdapter } from '../helpers/cli.js';
+import { call } from '../helpers/http.js';
 import { tempDir, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-integrity-');

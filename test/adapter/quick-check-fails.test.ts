@@ -6,7 +6,8 @@ import { randomUUID } from 'node:crypto';
 import { closeSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, expect, it } from 'vitest';
-import { call, runCli, spawnAdapter } from '../helpers/adapter.js';
+import { runCli, spawnAdapter } from '../helpers/cli.js';
+import { call } from '../helpers/http.js';
 import { tempDir, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-qc-');

@@ -5,7 +5,8 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ERRORS } from '../../src/protocol/errors.js';
-import { call, startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { call } from '../helpers/http.js';
 
 let t: TestAdapter;
 beforeAll(async () => {

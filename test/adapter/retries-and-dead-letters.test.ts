@@ -7,7 +7,8 @@
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { call, type Json, startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { call, type Json } from '../helpers/http.js';
 
 let t: TestAdapter | undefined;
 afterEach(async () => {

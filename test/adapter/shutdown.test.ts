@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { Pool } from 'undici';
 import { afterAll, expect, it } from 'vitest';
-import { spawnAdapter } from '../helpers/adapter.js';
+import { spawnAdapter } from '../helpers/cli.js';
 import { tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-term-');

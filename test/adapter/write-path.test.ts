@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { call, startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { call } from '../helpers/http.js';
 
 let t: TestAdapter;
 beforeEach(async () => {

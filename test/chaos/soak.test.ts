@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, expect, it } from 'vitest';
 import { GatewayClient } from '../../src/client/index.js';
-import { type ChildProcessOfCli, spawnAdapter, spawnSidecar } from '../helpers/adapter.js';
+import { type ChildProcessOfCli, spawnAdapter, spawnSidecar } from '../helpers/cli.js';
 import { AGENTS, CHANNELS, tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 
 const SECONDS = Number(process.env.AGW_CHAOS_SECONDS ?? 90);

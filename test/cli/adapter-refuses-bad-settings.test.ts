@@ -5,7 +5,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCli } from '../helpers/adapter.js';
+import { runCli } from '../helpers/cli.js';
 import { tempDir, topologyObject, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-cli-');

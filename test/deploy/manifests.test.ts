@@ -12,7 +12,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { ADAPTER_SETTINGS } from '../../src/adapter/settings.js';
 import { SIDECAR_SETTINGS } from '../../src/sidecar/settings.js';
-import { CLI } from '../helpers/adapter.js';
+import { CLI } from '../helpers/cli.js';
 import { tempDir } from '../helpers/topology.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));

@@ -11,7 +11,8 @@ import { EMERGENCY_MESSAGE_ID, Emergencies } from '../../src/journald/emergency.
 import { UnixDgram } from '../../src/journald/unix-dgram.js';
 import { JournalWriter } from '../../src/journald/writer.js';
 import { createLogger } from '../../src/log.js';
-import { CLI, call, runCli, spawnAdapter } from '../helpers/adapter.js';
+import { CLI, runCli, spawnAdapter } from '../helpers/cli.js';
+import { call } from '../helpers/http.js';
 import { startJournal, type TestJournal } from '../helpers/journald.js';
 import { tempDir, writeTopology } from '../helpers/topology.js';
 

@@ -6,7 +6,8 @@
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, expect, it } from 'vitest';
-import { call, type Json, spawnAdapter, spawnSidecar } from '../helpers/adapter.js';
+import { spawnAdapter, spawnSidecar } from '../helpers/cli.js';
+import { call, type Json } from '../helpers/http.js';
 import { tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-repair-');

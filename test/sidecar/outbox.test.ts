@@ -13,11 +13,10 @@ import { EMERGENCY_MESSAGE_ID } from '../../src/journald/emergency.js';
 import {
   type ChildAdapter,
   type ChildSidecar,
-  call,
-  type Json,
   spawnAdapter,
   spawnSidecar,
-} from '../helpers/adapter.js';
+} from '../helpers/cli.js';
+import { call, type Json } from '../helpers/http.js';
 import { startJournal, type TestJournal } from '../helpers/journald.js';
 import { tempDir, tokenOf, topologyObject, writeTopology } from '../helpers/topology.js';
 

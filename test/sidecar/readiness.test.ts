@@ -2,7 +2,8 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { EMERGENCY_MESSAGE_ID } from '../../src/journald/emergency.js';
-import { call, runCli, spawnAdapter, spawnSidecar } from '../helpers/adapter.js';
+import { runCli, spawnAdapter, spawnSidecar } from '../helpers/cli.js';
+import { call } from '../helpers/http.js';
 import { startJournal, type TestJournal } from '../helpers/journald.js';
 import { tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 
