@@ -10,7 +10,8 @@
  */
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
-import type { GatewayError } from '../protocol/errors.js';
+import type { LeaseExtension, Nack } from '../protocol/delivery-ids.js';
+import { GatewayError } from '../protocol/errors.js';
 import type {
   AgentState,
   CommitEffects,
@@ -96,8 +97,41 @@ export class DeliveryService {
     return { acked: r.acked, dead_lettered: r.dead, unknown: r.unknown };
   }
 
-  nack(agent: string, ids: readonly number[]): Promise<OpResults['nack']> {
-    return this.#commits.run({ op: 'nack', agent, ids, now: this.#now() });
+  /** Failed attempts; with `retry` false, dead letters at once (`rejected`, `reason` kept). */
+  nack(agent: string, n: Nack): Promise<OpResults['nack']> {
+    return this.#commits.run({
+      op: 'nack',
+      agent,
+      ids: n.ids,
+      retry: n.retry,
+      reason: n.reason,
+      now: this.#now(),
+    });
+  }
+
+  /** The agent is still working: each lease now ends extendMs from now. */
+  async extend(agent: string, e: LeaseExtension) {
+    const leases = await this.#commits.run({
+      op: 'extend',
+      agent,
+      ids: e.ids,
+      extendMs: e.extendMs,
+      now: this.#now(),
+    });
+    return { leases };
+  }
+
+  /** For its sender and the alerts_to agent: the message and each recipient's state. */
+  messageStatus(agent: string, messageId: string, alertsTo: string): string {
+    const s = this.#store.messageStatus(messageId);
+    if (s === undefined) throw new GatewayError('unknown_message', `no message ${messageId}`);
+    if (agent !== s.sender && agent !== alertsTo) {
+      throw new GatewayError(
+        'not_your_message',
+        `only the sender of ${messageId} (or ${alertsTo}, alerts_to) may ask what became of it`,
+      );
+    }
+    return `{"message":${s.message},"recipients":${JSON.stringify(s.recipients)}}`;
   }
 
   heartbeat(agent: string): Promise<OpResults['heartbeat']> {

@@ -4,13 +4,14 @@
  * needs the alerts_to agent's. Writes go through messages.ts, everything about deliveries
  * through the delivery service.
  */
-import { parseDeliveryIds } from '../protocol/delivery-ids.js';
+import { parseDeliveryIds, parseLeaseExtension, parseNack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
 import { intParam } from '../protocol/http.js';
 import {
   INBOX_DEFAULT_MAX,
   INBOX_MAX,
   MAX_BATCH,
+  MAX_DEPTH,
   MAX_WAIT_S,
   PAGE_DEFAULT_LIMIT,
   PAGE_MAX_LIMIT,
@@ -32,6 +33,8 @@ export interface RouteDeps {
   readonly delivery: DeliveryService;
   readonly metrics: AdapterMetrics;
   readonly topology: Topology;
+  /** AGW_MAX_LEASE_MS: the longest lease an extension may ask for. */
+  readonly maxLeaseMs: number;
   /** 200 when ready; throws not_ready with the reason otherwise. */
   readonly health: () => void;
 }
@@ -133,8 +136,38 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'POST',
       path: '/v1/nacks',
       who: 'agent',
-      body: deliveryIds,
+      body: { limit: IDS_BODY_LIMIT, parse: (b: Buffer) => parseNack(b) },
       handler: async ({ ctx, body }) => ({ body: await delivery.nack(ctx.agent, body) }),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/leases',
+      who: 'agent',
+      body: { limit: IDS_BODY_LIMIT, parse: (b: Buffer) => parseLeaseExtension(b, d.maxLeaseMs) },
+      handler: async ({ ctx, body }) => ({ body: await delivery.extend(ctx.agent, body) }),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/messages/:message_id',
+      who: 'agent',
+      handler: ({ ctx, params }) => ({
+        body: delivery.messageStatus(ctx.agent, params.message_id!, topology.alertsTo),
+      }),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/me',
+      who: 'agent',
+      handler: ({ ctx }) => ({
+        body: {
+          agent: ctx.agent,
+          channels: [...topology.channels.values()]
+            .filter((c) => c.members.has(ctx.agent))
+            .map((c) => ({ name: c.name, members: [...c.members] })),
+          alerts_to: topology.alertsTo,
+          limits: { max_message_bytes: maxBytes, max_batch: MAX_BATCH, max_depth: MAX_DEPTH },
+        },
+      }),
     }),
     route({
       method: 'POST',

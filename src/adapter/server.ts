@@ -84,6 +84,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       delivery,
       metrics,
       topology,
+      maxLeaseMs: settings.maxLeaseMs,
       health: () => {
         if (ready && !closing && store.corruption === undefined) return;
         throw new GatewayError(

@@ -3,7 +3,7 @@
  * default. docs/reference/configuration.md describes them for operators.
  */
 import { z } from 'zod';
-import { DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
+import { DEFAULT_MAX_LEASE_MS, DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
 import { intSetting, listenSetting, type SettingSpec } from '../settings.js';
 import { DEFAULT_DELIVERY } from '../store/store.js';
 
@@ -22,6 +22,8 @@ export const ADAPTER_SETTINGS = {
   queueCapacity: { env: 'AGW_QUEUE_CAPACITY', default: String(DEFAULT_DELIVERY.capacity) },
   /** How long a delivery waits for its ack, ms. Default 30000. */
   leaseMs: { env: 'AGW_LEASE_MS', default: String(DEFAULT_DELIVERY.leaseMs) },
+  /** The longest lease an extension (POST /v1/leases) may ask for, ms. Default 900000 (15 min). */
+  maxLeaseMs: { env: 'AGW_MAX_LEASE_MS', default: String(DEFAULT_MAX_LEASE_MS) },
   /** Redeliveries after the first, then dead-letter. Default 3. */
   maxRetries: { env: 'AGW_MAX_RETRIES', default: String(DEFAULT_DELIVERY.maxRetries) },
   /** Redelivery backoff base, ms. Default 1000. */
@@ -48,6 +50,7 @@ export const AdapterSettingsSchema = z.strictObject({
   maxMessageBytes: intSetting(1024, 16 * 1024 * 1024),
   queueCapacity: intSetting(1, 1_000_000),
   leaseMs: intSetting(100, 24 * 3600 * 1000),
+  maxLeaseMs: intSetting(1000, 24 * 3600 * 1000),
   maxRetries: intSetting(0, 100),
   retryBaseMs: intSetting(1, 3600 * 1000),
   retentionDays: intSetting(1, 36500),

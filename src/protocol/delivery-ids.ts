@@ -1,30 +1,80 @@
 /**
- * The body of POST /v1/acks and /v1/nacks, for both programs: `{"delivery_ids": [...]}`, 1 to
- * 1000 integers. The adapter's ids are positive; the sidecar also hands out negative ones of its
- * own (replayed copies), so it accepts those too.
+ * The bodies that name deliveries, for both programs: acks `{"delivery_ids": [...]}`, nacks
+ * (with `retry` and `reason`), lease extensions (with `extend_ms`); 1 to 1000 ids. The
+ * adapter's ids are positive; the sidecar also hands out negative ones of its own (replayed
+ * copies), so it accepts those too.
  */
 import { z } from 'zod';
 import { GatewayError } from './errors.js';
 import { parseJson } from './http.js';
+import { MAX_DELIVERY_IDS } from './limits.js';
 
-const Positive = z.strictObject({ delivery_ids: z.array(z.int().positive()).min(1).max(1000) });
-const NonZero = z.strictObject({
-  delivery_ids: z
-    .array(z.int().refine((n) => n !== 0))
+const ids = (negativeToo: boolean) =>
+  z
+    .array(negativeToo ? z.int().refine((n) => n !== 0) : z.int().positive())
     .min(1)
-    .max(1000),
-});
+    .max(MAX_DELIVERY_IDS);
 
-export function parseDeliveryIds(body: Buffer, opts: { negativeToo?: boolean } = {}): number[] {
-  const parsed = (opts.negativeToo ? NonZero : Positive).safeParse(parseJson(body));
-  if (!parsed.success) {
-    throw new GatewayError(
-      'invalid_request',
-      'delivery_ids: must be an array of 1 to 1000 delivery ids',
-      {
-        field: 'delivery_ids',
-      },
-    );
-  }
-  return parsed.data.delivery_ids;
+export interface IdsOptions {
+  /** The sidecar's own (negative) ids are allowed too. */
+  readonly negativeToo?: boolean;
+}
+
+export function parseDeliveryIds(body: Buffer, opts: IdsOptions = {}): number[] {
+  return parse(z.strictObject({ delivery_ids: ids(opts.negativeToo ?? false) }), body).delivery_ids;
+}
+
+export interface Nack {
+  readonly ids: number[];
+  /** false: the agent can never handle them; dead-letter at once. Default true. */
+  readonly retry: boolean;
+  readonly reason: string | null;
+}
+
+export function parseNack(body: Buffer, opts: IdsOptions = {}): Nack {
+  const v = parse(
+    z.strictObject({
+      delivery_ids: ids(opts.negativeToo ?? false),
+      retry: z.boolean().optional(),
+      reason: z.string().max(1000).optional(),
+    }),
+    body,
+  );
+  return { ids: v.delivery_ids, retry: v.retry ?? true, reason: v.reason ?? null };
+}
+
+export interface LeaseExtension {
+  readonly ids: number[];
+  readonly extendMs: number;
+}
+
+export function parseLeaseExtension(body: Buffer, maxLeaseMs: number): LeaseExtension {
+  const v = parse(
+    z.strictObject({
+      delivery_ids: ids(false),
+      extend_ms: z
+        .int(`must be an integer number of ms from 1 to ${maxLeaseMs}`)
+        .min(1, `must be from 1 to ${maxLeaseMs} ms`)
+        .max(maxLeaseMs, `must be at most ${maxLeaseMs} ms (AGW_MAX_LEASE_MS)`),
+    }),
+    body,
+  );
+  return { ids: v.delivery_ids, extendMs: v.extend_ms };
+}
+
+function parse<T>(schema: z.ZodType<T>, body: Buffer): T {
+  const parsed = schema.safeParse(parseJson(body));
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const field =
+    issue?.code === 'unrecognized_keys'
+      ? (issue.keys[0] ?? 'body')
+      : String(issue?.path[0] ?? 'delivery_ids');
+  const message =
+    field === 'delivery_ids'
+      ? `must be an array of 1 to ${MAX_DELIVERY_IDS} delivery ids`
+      : issue?.code === 'unrecognized_keys'
+        ? 'is not a field of this request'
+        : (issue?.message ?? 'invalid');
+  throw new GatewayError('invalid_request', `${field}: ${message}`, { field });
 }

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { GatewayError } from './errors.js';
+import { MAX_DEPTH } from './limits.js';
 
 export const PRIORITIES = ['normal', 'critical'] as const;
 export type Priority = (typeof PRIORITIES)[number];
@@ -20,6 +21,12 @@ export const KNOWN_KINDS = [
   'status',
   'system/ping',
 ] as const;
+
+/**
+ * Kinds that are critical when the sender leaves `priority` out (CONTRACT.md): an escalation or
+ * a policy change must never be the one a full queue evicts.
+ */
+export const CRITICAL_KINDS: ReadonlySet<string> = new Set(['escalation', 'policy/update']);
 
 /** Kinds only the adapter itself sends (sender "adapter"); an agent posting one gets a 400. */
 export const ADAPTER_KIND_PREFIX = 'alert/';
@@ -61,14 +68,16 @@ export const EnvelopeSchema = z.strictObject({
     .max(64)
     .regex(KIND_PATTERN, 'must be a short lowercase kind such as task/request')
     .refine((k) => !k.startsWith(ADAPTER_KIND_PREFIX), 'alert/ kinds are sent by the adapter only'),
-  priority: z.enum(PRIORITIES).default('normal'),
+  /** Left out: critical for CRITICAL_KINDS, else normal (parseEnvelope resolves it). */
+  priority: z.enum(PRIORITIES).optional(),
   reply_to_sequence_id: z.int().positive().max(Number.MAX_SAFE_INTEGER).nullable().optional(),
   payload: z.record(z.string(), z.unknown()).default({}),
   /** Optional; when present it must name the authenticated agent (else 403 sender_mismatch). */
   sender: z.string().optional(),
 });
 
-export type Envelope = z.output<typeof EnvelopeSchema>;
+/** A checked envelope, its priority resolved. */
+export type Envelope = z.output<typeof EnvelopeSchema> & { readonly priority: Priority };
 
 /** What the adapter assigns and returns in its acknowledgement. */
 export interface Assignment {
@@ -86,12 +95,33 @@ export interface Assignment {
 export function parseEnvelope(value: unknown): Envelope {
   const base = EnvelopeSchema.safeParse(value);
   if (!base.success) throw fieldError(base.error, '');
+  if (depthOf(base.data.payload) > MAX_DEPTH) {
+    throw new GatewayError('invalid_envelope', `payload: nests deeper than ${MAX_DEPTH} levels`, {
+      field: 'payload',
+    });
+  }
   const schema = PAYLOAD_SCHEMAS[base.data.kind];
   if (schema !== undefined) {
     const payload = schema.safeParse(base.data.payload);
     if (!payload.success) throw fieldError(payload.error, 'payload');
   }
-  return base.data;
+  const priority =
+    base.data.priority ?? (CRITICAL_KINDS.has(base.data.kind) ? 'critical' : 'normal');
+  return { ...base.data, priority };
+}
+
+/** How deep objects and arrays nest in a value (the payload itself is 1), without recursion. */
+function depthOf(value: unknown): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (typeof v !== 'object' || v === null) continue;
+    if (depth > deepest) deepest = depth;
+    if (depth > MAX_DEPTH) break;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return deepest;
 }
 
 function fieldError(error: z.ZodError, prefix: string): GatewayError {

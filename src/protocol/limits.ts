@@ -22,3 +22,13 @@ export const PAGE_MAX_LIMIT = 1000;
 
 /** Delivery ids one ack or nack may name. */
 export const MAX_DELIVERY_IDS = 1000;
+
+/**
+ * How deep a payload's objects and arrays may nest (the payload itself is level 1). 64 is far
+ * beyond any message a model writes, and keeps every reader that walks a payload (the
+ * fingerprint's canonical JSON, an agent's own code) far from its stack's end.
+ */
+export const MAX_DEPTH = 64;
+
+/** The default longest lease an extension may ask for, ms (AGW_MAX_LEASE_MS): 15 minutes. */
+export const DEFAULT_MAX_LEASE_MS = 900_000;

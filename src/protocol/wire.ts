@@ -46,11 +46,13 @@ export interface DeadLetterFields {
   readonly recipient: string;
   readonly deadLetteredAt: number;
   readonly replayDeliveryId: number | null;
+  /** The agent's reason, for a delivery it rejected (nack with retry false). */
+  readonly note: string | null;
 }
 
 /** One entry of GET /v1/dead-letters, with its message's stored bytes. */
 export function deadLetterJson(d: DeadLetterFields, messageJson: string): string {
-  return `{"id":${d.id},"reason":${JSON.stringify(d.reason)},"attempts":${d.attempts},"recipient":${JSON.stringify(
+  return `{"id":${d.id},"reason":${JSON.stringify(d.reason)},"note":${JSON.stringify(d.note)},"attempts":${d.attempts},"recipient":${JSON.stringify(
     d.recipient,
   )},"dead_lettered_at":"${new Date(d.deadLetteredAt).toISOString()}","replay_delivery_id":${
     d.replayDeliveryId ?? 'null'

@@ -85,6 +85,19 @@ export const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (recipient, reason)
   ) WITHOUT ROWID;
   `,
+  // 2: strict order per recipient and channel. Each delivery carries its channel, so that the
+  // open deliveries (pending or leased) of one recipient form a lane per channel, in id order
+  // (= commit order = sequence order): only a lane whose first open delivery is ready is served.
+  // Dead letters keep the agent's note of a rejection.
+  `
+  ALTER TABLE deliveries ADD COLUMN channel TEXT NOT NULL DEFAULT '';
+  UPDATE deliveries SET channel = (SELECT m.channel FROM messages m WHERE m.id = deliveries.message);
+  CREATE INDEX deliveries_lanes ON deliveries (recipient, channel, id) WHERE state IN (0, 1);
+  CREATE INDEX deliveries_critical ON deliveries (recipient, channel) WHERE state = 0 AND priority = 1;
+  ALTER TABLE dead_letters ADD COLUMN note TEXT;
+  -- GET /v1/messages/{message_id}
+  CREATE UNIQUE INDEX messages_by_message_id ON messages (message_id);
+  `,
 ];
 
 export const SQL = {
@@ -102,34 +115,46 @@ export const SQL = {
   channelMessages: `
     SELECT id, body, checksum FROM messages WHERE channel = ? AND seq > ? ORDER BY seq LIMIT ?`,
   messageBody: 'SELECT id, body, checksum FROM messages WHERE id = ?',
+  messageById: 'SELECT id, body, checksum, sender FROM messages WHERE message_id = ?',
+  // each delivery of a message, oldest first, with its dead letter's reason and note if any
+  recipients: `
+    SELECT d.recipient, d.state, d.attempt, dl.reason, dl.note
+    FROM deliveries d LEFT JOIN dead_letters dl ON dl.delivery = d.id
+    WHERE d.message = ? ORDER BY d.id`,
 
   // deliveries
   insertDelivery: `
-    INSERT INTO deliveries (message, recipient, priority, state, available_at)
-    VALUES (?, ?, ?, ?, ?) RETURNING id`,
+    INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
+    VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
   queueDepths: `
     SELECT recipient, count(*) AS depth, sum(priority) AS critical
     FROM deliveries WHERE state IN (0, 1) GROUP BY recipient`,
   oldestNormalPending: `
     SELECT id, message, recipient, attempt, priority FROM deliveries
     WHERE recipient = ? AND state = 0 AND priority = 0 ORDER BY id LIMIT 1`,
-  // Ready deliveries of one agent: channels holding a critical one first, then by their
-  // oldest; inside a channel, sequence order (delivery ids follow commit order, and so the
-  // channel's sequence).
-  ready: `
-    WITH ready AS (
-      SELECT d.id, d.message, d.attempt, m.channel, d.priority
-      FROM deliveries d JOIN messages m ON m.id = d.message
-      WHERE d.recipient = ? AND d.state = 0 AND d.available_at <= ?
-    ), heads AS (
-      SELECT channel, max(priority) AS priority, min(id) AS first FROM ready GROUP BY channel
-    )
-    SELECT r.id, r.message FROM ready r JOIN heads h ON h.channel = r.channel
-    ORDER BY h.priority DESC, h.first, r.id LIMIT ?`,
+  // The lanes of one agent whose first open delivery is ready (pending, backoff over): only
+  // these may be served, so nothing of a channel overtakes an earlier delivery that is leased or
+  // waiting for its retry. Lanes holding a critical pending delivery first, then by their head.
+  // The heads come from the lanes index alone (no row is read but each head's).
+  readyLanes: `
+    SELECT h.channel, h.head,
+      EXISTS (SELECT 1 FROM deliveries c
+              WHERE c.recipient = @agent AND c.channel = h.channel AND c.state = 0 AND c.priority = 1)
+        AS critical
+    FROM (SELECT channel, min(id) AS head FROM deliveries
+          WHERE recipient = @agent AND state IN (0, 1) GROUP BY channel) h
+    JOIN deliveries d ON d.id = h.head
+    WHERE d.state = 0 AND d.available_at <= @now
+    ORDER BY critical DESC, h.head`,
+  // One lane from its head on, in order: served up to the first that is not ready.
+  lane: `
+    SELECT id, message, state, available_at FROM deliveries
+    WHERE recipient = ? AND channel = ? AND state IN (0, 1) AND id >= ? ORDER BY id LIMIT ?`,
   lease: `
     UPDATE deliveries SET state = 1, attempt = attempt + 1, lease_expires_at = ?
     WHERE id = ? RETURNING attempt`,
   delivery: 'SELECT id, message, recipient, state, attempt, priority FROM deliveries WHERE id = ?',
+  extendLease: 'UPDATE deliveries SET lease_expires_at = ? WHERE id = ?',
   setState: 'UPDATE deliveries SET state = ?, lease_expires_at = NULL WHERE id = ?',
   retryLater: `
     UPDATE deliveries SET state = 0, available_at = ?, lease_expires_at = NULL WHERE id = ?`,
@@ -140,15 +165,16 @@ export const SQL = {
   nextAvailable: 'SELECT min(available_at) FROM deliveries WHERE state = 0 AND available_at > ?',
   messageKind: 'SELECT kind, message_id FROM messages WHERE id = ?',
   insertDeadLetter: `
-    INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at)
-    VALUES (?, ?, ?, ?, ?, ?)`,
+    INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at, note)
+    VALUES (?, ?, ?, ?, ?, ?, ?)`,
   deadLetters: `
-    SELECT dl.id, dl.reason, dl.attempts, dl.recipient, dl.created_at, dl.replay_delivery,
+    SELECT dl.id, dl.reason, dl.note, dl.attempts, dl.recipient, dl.created_at, dl.replay_delivery,
            m.id AS message, m.body, m.checksum
     FROM dead_letters dl JOIN messages m ON m.id = dl.message
     WHERE dl.id > ? ORDER BY dl.id LIMIT ?`,
   deadLetter: `
-    SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id
+    SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
+           m.channel
     FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = ?`,
   markReplayed: 'UPDATE dead_letters SET replay_delivery = ? WHERE id = ?',
   touchAgent: `

@@ -13,6 +13,7 @@ import type { AlertPayload, AlertReason, DeliveryStats, SentAlert } from './stor
 const KIND: Record<AlertReason, string> = {
   lease_expired: 'alert/dead-letter',
   nacked: 'alert/dead-letter',
+  rejected: 'alert/dead-letter',
   evicted: 'alert/dead-letter',
   queue_full: 'alert/dead-letter',
   critical_overrun: 'alert/overrun',

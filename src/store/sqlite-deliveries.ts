@@ -55,7 +55,10 @@ export class Deliveries {
       insert: p<{ id: number }>(SQL.insertDelivery),
       depths: p<{ recipient: string; depth: number; critical: number }>(SQL.queueDepths),
       oldestNormal: p<Row>(SQL.oldestNormalPending),
-      ready: p<{ id: number; message: number }>(SQL.ready),
+      readyLanes: p<{ channel: string; head: number }>(SQL.readyLanes),
+      lane: p<{ id: number; message: number; state: DeliveryState; available_at: number }>(
+        SQL.lane,
+      ),
       lease: p<{ attempt: number }>(SQL.lease),
       delivery: p<Row>(SQL.delivery),
       setState: p(SQL.setState),
@@ -65,6 +68,7 @@ export class Deliveries {
       nextAvailable: p<number | null>(SQL.nextAvailable).pluck(),
       kind: p<{ kind: string; message_id: string }>(SQL.messageKind),
       insertDead: p(SQL.insertDeadLetter),
+      extend: p(SQL.extendLease),
     };
     this.reloadDepths();
   }
@@ -94,6 +98,7 @@ export class Deliveries {
     message: number,
     messageId: string,
     recipient: string,
+    channel: string,
     priority: number,
     now: number,
     quiet = false,
@@ -104,7 +109,7 @@ export class Deliveries {
         this.#deadLetter(victim, 'evicted', now);
       } else if (priority === 0) {
         const state = DeliveryState.deadLetter;
-        const { id } = this.#s.insert.get(message, recipient, priority, state, now)!;
+        const { id } = this.#s.insert.get(message, recipient, channel, priority, state, now)!;
         this.#deadLetter(
           { id, message, recipient, state, attempt: 0, priority },
           'queue_full',
@@ -117,16 +122,31 @@ export class Deliveries {
         this.#alerts.raise(recipient, 'critical_overrun', messageId, 0, now);
       }
     }
-    const { id } = this.#s.insert.get(message, recipient, priority, DeliveryState.pending, now)!;
+    const pending = DeliveryState.pending;
+    const { id } = this.#s.insert.get(message, recipient, channel, priority, pending, now)!;
     this.#bump(recipient, 1, priority);
     this.#fx.woken.add(recipient);
     this.#stats.enqueued++;
     return id;
   }
 
-  /** Up to `max` ready deliveries of an agent, in hand-out order (see SQL.ready). */
+  /**
+   * Up to `max` deliveries of an agent that may be handed out now, in hand-out order. Strict
+   * order per channel: a channel's open deliveries form a lane in sequence order, and a lane is
+   * served from its head up to the first delivery that is leased or waiting for its retry, so
+   * nothing overtakes an earlier message of its channel. Lanes holding a critical delivery go
+   * first, then by their head (SQL.readyLanes).
+   */
   ready(agent: string, max: number, now: number): { id: number; message: number }[] {
-    return this.#s.ready.all(agent, now, max);
+    const out: { id: number; message: number }[] = [];
+    for (const lane of this.#s.readyLanes.all({ agent, now })) {
+      if (out.length >= max) break;
+      for (const d of this.#s.lane.all(agent, lane.channel, lane.head, max - out.length)) {
+        if (d.state !== DeliveryState.pending || d.available_at > now) break;
+        out.push(d);
+      }
+    }
+    return out;
   }
 
   /** Leases these deliveries until now + leaseMs; returns each one's attempt number. */
@@ -164,19 +184,55 @@ export class Deliveries {
     return out;
   }
 
-  /** Nacks: a failed attempt now, retried after its backoff or dead-lettered. */
-  nack(agent: string, ids: readonly number[], now: number): OpResults['nack'] {
+  /**
+   * Nacks: a failed attempt now, retried after its backoff or dead-lettered. With `retry`
+   * false the agent says it can never handle them: dead-lettered at once (`rejected`), its
+   * reason kept as the dead letter's note.
+   */
+  nack(
+    agent: string,
+    ids: readonly number[],
+    now: number,
+    retry = true,
+    reason: string | null = null,
+  ): OpResults['nack'] {
     const out: OpResults['nack'] = { nacked: [], ignored: [], unknown: [] };
     this.#own(agent, ids).forEach((r, i) => {
       const id = ids[i]!;
       if (r === undefined) out.unknown.push(id);
       else if (r.state !== DeliveryState.leased) out.ignored.push(id);
       else {
-        this.#failAttempt(r, 'nacked', now);
+        if (retry) this.#failAttempt(r, 'nacked', now);
+        else this.#deadLetter(r, 'rejected', now, reason);
         out.nacked.push(id);
       }
     });
     return out;
+  }
+
+  /**
+   * The agent is still working on these: each lease now ends `extendMs` from now. Checked
+   * whole before anything is written: another agent's delivery is 403, one not leased (acked,
+   * expired, dead-lettered, unknown) is 409 `not_leased`.
+   */
+  extend(
+    agent: string,
+    ids: readonly number[],
+    extendMs: number,
+    now: number,
+  ): OpResults['extend'] {
+    const rows = this.#own(agent, ids);
+    const gone = ids.find((id, i) => rows[i]?.state !== DeliveryState.leased);
+    if (gone !== undefined) {
+      throw new GatewayError('not_leased', `delivery ${gone} is not leased to ${agent} any more`, {
+        field: 'delivery_ids',
+      });
+    }
+    const expires = now + extendMs;
+    for (const id of ids) this.#s.extend.run(expires, id);
+    this.#fx.timingChanged = true;
+    const at = new Date(expires).toISOString();
+    return ids.map((id) => ({ delivery_id: id, lease_expires_at: at }));
   }
 
   /** Expired leases become failed attempts. */
@@ -219,12 +275,12 @@ export class Deliveries {
     this.#fx.timingChanged = true;
   }
 
-  #deadLetter(r: Row, reason: DeadLetterReason, now: number): void {
+  #deadLetter(r: Row, reason: DeadLetterReason, now: number, note: string | null = null): void {
     if (r.state !== DeliveryState.deadLetter) {
       this.#s.setState.run(DeliveryState.deadLetter, r.id);
       this.#bump(r.recipient, -1, -r.priority);
     }
-    this.#s.insertDead.run(r.id, r.message, r.recipient, reason, r.attempt, now);
+    this.#s.insertDead.run(r.id, r.message, r.recipient, reason, r.attempt, now, note);
     this.#stats.deadLetters[reason]++;
     const m = this.#s.kind.get(r.message);
     // An alert that dead-letters raises no alert of its own: that way lies a loop.

@@ -23,8 +23,10 @@ import {
   DEFAULT_DELIVERY,
   type DeliveryConfig,
   type DeliveryJson,
+  DeliveryState,
   type DeliveryStats,
   type MessageDraft,
+  type MessageStatus,
   type OpResults,
   type Settled,
   type Store,
@@ -49,6 +51,7 @@ interface BodyRow {
 
 interface DeadRow extends BodyRow {
   reason: string;
+  note: string | null;
   attempts: number;
   recipient: string;
   created_at: number;
@@ -56,8 +59,24 @@ interface DeadRow extends BodyRow {
   message: number;
 }
 
+interface RecipientRow {
+  recipient: string;
+  state: number;
+  attempt: number;
+  reason: string | null;
+  note: string | null;
+}
+
+const STATE_NAME = {
+  [DeliveryState.pending]: 'pending',
+  [DeliveryState.leased]: 'leased',
+  [DeliveryState.acked]: 'acked',
+  [DeliveryState.deadLetter]: 'dead_letter',
+} as const;
+
 interface DeadOne {
   id: number;
+  channel: string;
   message: number;
   recipient: string;
   replay_delivery: number | null;
@@ -78,7 +97,7 @@ export class SqliteStore implements Store {
     handedOut: 0,
     redelivered: 0,
     acked: 0,
-    deadLetters: { lease_expired: 0, nacked: 0, evicted: 0, queue_full: 0 },
+    deadLetters: { lease_expired: 0, nacked: 0, rejected: 0, evicted: 0, queue_full: 0 },
     alerts: 0,
   };
   corruption: string | undefined;
@@ -120,6 +139,8 @@ export class SqliteStore implements Store {
       touchAgent: p(SQL.touchAgent),
       agents: p<{ id: string; last_seen: number | null }>(SQL.agents),
       deadLetters: p<DeadRow>(SQL.deadLetters),
+      messageById: p<BodyRow & { sender: string }>(SQL.messageById),
+      recipients: p<RecipientRow>(SQL.recipients),
       deadLetter: p<DeadOne>(SQL.deadLetter),
       markReplayed: p(SQL.markReplayed),
       prunable: p<number>(SQL.prunable).pluck(),
@@ -170,7 +191,9 @@ export class SqliteStore implements Store {
       case 'ack':
         return this.#deliveries.ack(op.agent, op.ids);
       case 'nack':
-        return this.#deliveries.nack(op.agent, op.ids, op.now);
+        return this.#deliveries.nack(op.agent, op.ids, op.now, op.retry, op.reason);
+      case 'extend':
+        return this.#deliveries.extend(op.agent, op.ids, op.extendMs, op.now);
       case 'heartbeat': {
         this.#s.touchAgent.run(op.agent, op.now);
         const d = this.#deliveries.depth(op.agent);
@@ -238,7 +261,7 @@ export class SqliteStore implements Store {
     const row = Number(lastInsertRowid);
     const quiet = d.sender === ADAPTER_SENDER;
     for (const r of d.recipients) {
-      this.#deliveries.enqueue(row, a.message_id, r, priority, d.receivedAt, quiet);
+      this.#deliveries.enqueue(row, a.message_id, r, d.channel, priority, d.receivedAt, quiet);
     }
     return { status: 201, assignment: a };
   }
@@ -292,6 +315,7 @@ export class SqliteStore implements Store {
       dl.message,
       dl.message_id,
       dl.recipient,
+      dl.channel,
       dl.priority,
       now,
     );
@@ -320,6 +344,23 @@ export class SqliteStore implements Store {
     return this.#s.channelMessages.all(channel, afterSeq, limit).map((r) => this.#verified(r));
   }
 
+  messageStatus(messageId: string): MessageStatus | undefined {
+    const m = this.#s.messageById.get(messageId);
+    if (m === undefined) return undefined;
+    const message = this.#verified(m);
+    // a replayed dead letter has a newer delivery: each recipient's latest one tells
+    const latest = new Map<string, RecipientRow>();
+    for (const r of this.#s.recipients.all(m.id)) latest.set(r.recipient, r);
+    const recipients = [...latest.values()].map((r) => ({
+      agent: r.recipient,
+      state: STATE_NAME[r.state as DeliveryState],
+      attempts: r.attempt,
+      reason: r.reason,
+      ...(r.note === null ? {} : { note: r.note }),
+    }));
+    return { message, sender: m.sender, recipients };
+  }
+
   deadLetters(after: number, limit: number): string[] {
     return this.#s.deadLetters.all(after, limit).map((r) =>
       deadLetterJson(
@@ -330,6 +371,7 @@ export class SqliteStore implements Store {
           recipient: r.recipient,
           deadLetteredAt: r.created_at,
           replayDeliveryId: r.replay_delivery,
+          note: r.note,
         },
         this.#verified({ id: r.message, body: r.body, checksum: r.checksum }),
       ),

@@ -71,7 +71,7 @@ export const DEFAULT_DELIVERY: Omit<DeliveryConfig, 'alertsTo'> = {
   retryBaseMs: 1000,
 };
 
-export type DeadLetterReason = 'lease_expired' | 'nacked' | 'evicted' | 'queue_full';
+export type DeadLetterReason = 'lease_expired' | 'nacked' | 'rejected' | 'evicted' | 'queue_full';
 export type AlertReason = DeadLetterReason | 'critical_overrun' | 'checksum_mismatch';
 
 /** The payload of an alert message to alerts_to (CONTRACT.md, "Alerts"). */
@@ -108,10 +108,21 @@ export type StoreOp =
   /** Hands out up to `max` ready deliveries of `agent` (critical channels first, sequence order). */
   | { readonly op: 'lease'; readonly agent: string; readonly max: number; readonly now: number }
   | { readonly op: 'ack'; readonly agent: string; readonly ids: readonly number[] }
+  /** A failed attempt; with `retry` false, dead-lettered at once (`rejected`, `reason` kept). */
   | {
       readonly op: 'nack';
       readonly agent: string;
       readonly ids: readonly number[];
+      readonly now: number;
+      readonly retry?: boolean;
+      readonly reason?: string | null;
+    }
+  /** Each of these leases of `agent` ends `extendMs` from now; all must still be leased. */
+  | {
+      readonly op: 'extend';
+      readonly agent: string;
+      readonly ids: readonly number[];
+      readonly extendMs: number;
       readonly now: number;
     }
   | { readonly op: 'heartbeat'; readonly agent: string; readonly now: number }
@@ -143,6 +154,7 @@ export interface OpResults {
   ack: { acked: number[]; dead: number[]; unknown: number[] };
   /** Nacked; not leased (ignored); unknown. */
   nack: { nacked: number[]; ignored: number[]; unknown: number[] };
+  extend: { delivery_id: number; lease_expires_at: string }[];
   heartbeat: { pending: number; critical_pending: number };
   sweep: undefined;
   replay_dead_letter: { delivery_id: number; replayed: boolean } | undefined;
@@ -171,6 +183,20 @@ export interface Committed {
   readonly effects: CommitEffects;
 }
 
+/** What became of a message, for its sender: each recipient's delivery. */
+export interface MessageStatus {
+  /** The stored message, checksum verified, as readers see it. */
+  readonly message: string;
+  readonly sender: string;
+  readonly recipients: readonly {
+    readonly agent: string;
+    readonly state: 'pending' | 'leased' | 'acked' | 'dead_letter';
+    readonly attempts: number;
+    readonly reason: string | null;
+    readonly note?: string;
+  }[];
+}
+
 export interface AgentState {
   readonly id: string;
   readonly last_seen: string | null;
@@ -190,6 +216,8 @@ export interface Store {
   ensureChannels(names: Iterable<string>): void;
   /** Messages of a channel after `afterSeq`, in sequence order, checksums verified. */
   channelMessages(channel: string, afterSeq: number, limit: number): string[];
+  /** A message by its message_id with each recipient's latest delivery; undefined if unknown. */
+  messageStatus(messageId: string): MessageStatus | undefined;
   /** Dead letters with id > `after`, oldest first, each with its message. */
   deadLetters(after: number, limit: number): string[];
   /** Each agent's last heartbeat and queue depth. */

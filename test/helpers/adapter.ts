@@ -33,6 +33,7 @@ export async function startTestAdapter(
     maxMessageBytes: '262144',
     queueCapacity: '500',
     leaseMs: '30000',
+    maxLeaseMs: '900000',
     maxRetries: '3',
     retryBaseMs: '1000',
     retentionDays: '30',

@@ -429,7 +429,8 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       const [n1] = await h.send(draft({ channel: '@qa', at: T0 }));
       const [c1] = await h.send(draft({ channel: '@qa', priority: 'critical', at: T0 + 1 }));
       const [n2] = await h.send(draft({ channel: '@qa', at: T0 + 2 }));
-      expect(idsOf(await h.lease('qa', 1, T0 + 3))).toEqual([n1!.message_id]); // n1 is leased
+      const leasedN1 = await h.lease('qa', 1, T0 + 3);
+      expect(idsOf(leasedN1)).toEqual([n1!.message_id]); // n1 is leased
       expect(await h.depth('qa')).toEqual({ all: 3, critical: 1 });
       const [n3] = await h.send(draft({ channel: '@qa', at: T0 + 4 })); // evicts n2
       expect(await h.depth('qa')).toEqual({ all: 3, critical: 1 });
@@ -440,7 +441,10 @@ export function storeConformance(name: string, factory: StoreFactory): void {
         ['evicted', 'qa', 0, n2!.message_id],
         ['evicted', 'qa', 0, n3!.message_id],
       ]);
-      // what is left: n1 (still leased) and both criticals
+      // what is left: n1 (still leased) and both criticals, which wait behind n1 in their
+      // channel (strict order) until it is acked
+      expect(await h.lease('qa', 10, T0 + 6)).toEqual([]);
+      await h.ack('qa', [leasedN1[0]!.delivery_id]);
       expect(idsOf(await h.lease('qa', 10, T0 + 6))).toEqual([c1!.message_id, c2!.message_id]);
       expect(await h.messages('@qa')).toHaveLength(5); // evicted copies, stored messages
     });
@@ -946,6 +950,161 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       expect(await h.store.agents(['qa'])).toEqual([
         { id: 'qa', last_seen: iso(T0 + 900), queue_depth: 1, critical_depth: 1 },
       ]);
+    });
+  });
+
+  describe(`${name}: strict order inside a channel`, () => {
+    /** Three messages to qa in @qa and one in product, at T0. */
+    async function lanes() {
+      const h = await open({ leaseMs: 1000, retryBaseMs: 100 }, ['product']);
+      const [a, b, c] = await h.send(
+        draft({ channel: '@qa', at: T0 }),
+        draft({ channel: '@qa', at: T0 }),
+        draft({ channel: '@qa', at: T0 }),
+      );
+      const [p] = await h.send(draft({ channel: 'product', to: ['qa'], at: T0 }));
+      return { h, a: a!, b: b!, c: c!, p: p! };
+    }
+
+    it('after a nack, nothing later in the channel is handed out before the nacked one', async () => {
+      const { h, a, b, c, p } = await lanes();
+      const first = await h.lease('qa', 1, T0);
+      expect(idsOf(first)).toEqual([a.message_id]);
+      await h.nack('qa', [first[0]!.delivery_id], T0 + 1); // back at the head, after 100 ms
+      // while a waits for its retry, b and c wait behind it; the other channel goes on
+      expect(idsOf(await h.lease('qa', 10, T0 + 2))).toEqual([p.message_id]);
+      expect(await h.lease('qa', 10, T0 + 50)).toEqual([]);
+      // its retry is ready: a first, then the rest of the channel in order
+      const again = await h.lease('qa', 10, T0 + 101);
+      expect(idsOf(again)).toEqual([a.message_id, b.message_id, c.message_id]);
+      expect(again[0]!.attempt).toBe(2);
+    });
+
+    it('after an expired lease, the expired one comes back first', async () => {
+      const { h, a, b, c } = await lanes();
+      const first = await h.lease('qa', 1, T0);
+      expect(idsOf(first)).toEqual([a.message_id]);
+      // leased: the channel is held, even though b and c are ready
+      expect(idsOf(await h.lease('qa', 10, T0 + 10)).includes(b.message_id)).toBe(false);
+      await h.sweep(T0 + 1000); // the lease ran out: a failed attempt, retried after 100 ms
+      expect(await h.lease('qa', 10, T0 + 1001)).toEqual([]);
+      const back = await h.lease('qa', 10, T0 + 1100);
+      expect(idsOf(back)).toEqual([a.message_id, b.message_id, c.message_id]);
+    });
+
+    it('one poll may take several consecutive messages; a later poll waits for their acks', async () => {
+      const { h, a, b, c } = await lanes();
+      const got = await h.lease('qa', 2, T0);
+      expect(idsOf(got)).toEqual([a.message_id, b.message_id]);
+      expect(idsOf(await h.lease('qa', 10, T0 + 1)).includes(c.message_id)).toBe(false);
+      await h.ack('qa', [got[0]!.delivery_id]);
+      expect(idsOf(await h.lease('qa', 10, T0 + 2)).includes(c.message_id)).toBe(false); // b
+      await h.ack('qa', [got[1]!.delivery_id]);
+      expect(idsOf(await h.lease('qa', 10, T0 + 3))).toEqual([c.message_id]);
+    });
+
+    it('a dead letter releases the channel', async () => {
+      const { h, a, b } = await lanes();
+      const first = await h.lease('qa', 1, T0);
+      await h.one({ op: 'nack', agent: 'qa', ids: [first[0]!.delivery_id], now: T0, retry: false });
+      const next = await h.lease('qa', 1, T0 + 1);
+      expect(idsOf(next)).toEqual([b.message_id]);
+      expect((await h.deadLetters()).map((d) => d.message.message_id)).toEqual([a.message_id]);
+    });
+  });
+
+  describe(`${name}: what an agent can say of a delivery`, () => {
+    it('a nack with retry false dead-letters at once as rejected, keeps the reason and alerts', async () => {
+      const h = await open({ maxRetries: 3 });
+      const [m] = await h.send(draft({ channel: '@qa', at: T0 }));
+      const [d] = await h.lease('qa', 1, T0);
+      const { effects } = await h.run([
+        {
+          op: 'nack',
+          agent: 'qa',
+          ids: [d!.delivery_id],
+          now: T0 + 1,
+          retry: false,
+          reason: 'cannot parse the task',
+        },
+      ]);
+      const [dead] = await h.deadLetters();
+      expect(dead).toMatchObject({
+        reason: 'rejected',
+        note: 'cannot parse the task',
+        attempts: 1,
+        recipient: 'qa',
+        message: { message_id: m!.message_id },
+      });
+      expect(effects.alerts.map((a) => [a.kind, a.payload.reason, a.payload.recipient])).toEqual([
+        ['alert/dead-letter', 'rejected', 'qa'],
+      ]);
+      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
+    });
+
+    it('an extended lease is not handed out again past its first expiry; only leased ones extend', async () => {
+      const h = await open({ leaseMs: 1000 });
+      await h.send(draft({ channel: '@qa', at: T0 }), draft({ channel: '@qa', at: T0 }));
+      const [d] = await h.lease('qa', 1, T0);
+      const ext = await h.one({
+        op: 'extend',
+        agent: 'qa',
+        ids: [d!.delivery_id],
+        extendMs: 60_000,
+        now: T0 + 500,
+      });
+      expect(ext).toEqual([{ delivery_id: d!.delivery_id, lease_expires_at: iso(T0 + 60_500) }]);
+      await h.sweep(T0 + 1000); // the first expiry passes: nothing happens
+      expect(await h.lease('qa', 10, T0 + 1001)).toEqual([]);
+      expect(await h.store.nextDue(T0 + 1001)).toBe(T0 + 60_500);
+      // another agent's delivery: refused whole; a delivery no longer leased: not_leased
+      expect(
+        errorCode(
+          await h.settle({
+            op: 'extend',
+            agent: 'pm',
+            ids: [d!.delivery_id],
+            extendMs: 1,
+            now: T0,
+          }),
+        ),
+      ).toBe('not_your_delivery');
+      await h.ack('qa', [d!.delivery_id]);
+      expect(
+        errorCode(
+          await h.settle({
+            op: 'extend',
+            agent: 'qa',
+            ids: [d!.delivery_id],
+            extendMs: 1,
+            now: T0,
+          }),
+        ),
+      ).toBe('not_leased');
+    });
+
+    it("tells a message's sender each recipient's state as it moves", async () => {
+      const h = await open({ maxRetries: 0 }, ['product']);
+      const [m] = await h.send(draft({ channel: 'product', sender: 'pm', to: ['qa', 'growth'] }));
+      const states = async () => {
+        const s = await h.store.messageStatus(m!.message_id);
+        expect(s?.sender).toBe('pm');
+        expect(JSON.parse(s!.message).message_id).toBe(m!.message_id);
+        return Object.fromEntries(
+          s!.recipients.map((r) => [r.agent, [r.state, r.attempts, r.reason]]),
+        );
+      };
+      expect(await states()).toEqual({ qa: ['pending', 0, null], growth: ['pending', 0, null] });
+      const [q] = await h.lease('qa', 1, T0);
+      const [g] = await h.lease('growth', 1, T0);
+      expect(await states()).toEqual({ qa: ['leased', 1, null], growth: ['leased', 1, null] });
+      await h.ack('qa', [q!.delivery_id]);
+      await h.nack('growth', [g!.delivery_id], T0); // no retries: a dead letter
+      expect(await states()).toEqual({
+        qa: ['acked', 1, null],
+        growth: ['dead_letter', 1, 'nacked'],
+      });
+      expect(await h.store.messageStatus('no-such-message')).toBeUndefined();
     });
   });
 
