@@ -93,16 +93,23 @@ export async function postBatch(
   return results;
 }
 
-/** A page of a channel's history, for its members, in sequence order. */
+/**
+ * A page of a channel's history, for its members, in sequence order, with the state of the
+ * reader's own delivery of each message it had one of (`delivery_states`, by message_id): a
+ * sidecar repairing a gap hands over only what was acked elsewhere, never what was evicted or
+ * dead-lettered for its agent.
+ */
 export function readChannel(
   ctx: WriteContext,
   reader: string,
   channel: string,
   after: number,
   limit: number,
-): string[] {
+): string {
   assertReader(ctx.topology, reader, channel);
-  return ctx.store.channelMessages(channel, after, limit);
+  const rows = ctx.store.channelMessages(channel, after, limit);
+  const states = ctx.store.pageDeliveries(reader, channel, after, limit);
+  return `{"messages":[${rows.join(',')}],"delivery_states":${JSON.stringify(states)}}`;
 }
 
 function toDraft(

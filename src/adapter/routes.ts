@@ -102,16 +102,9 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/channels/:name/messages',
       who: 'agent',
-      handler: ({ ctx, params, query }) => {
-        const rows = readChannel(
-          write,
-          ctx.agent,
-          params.name!,
-          afterParam(query),
-          limitParam(query),
-        );
-        return { body: `{"messages":[${rows.join(',')}]}` };
-      },
+      handler: ({ ctx, params, query }) => ({
+        body: readChannel(write, ctx.agent, params.name!, afterParam(query), limitParam(query)),
+      }),
     }),
     route({
       method: 'GET',

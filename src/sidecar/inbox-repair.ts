@@ -1,30 +1,48 @@
 /**
  * Inbox repair: the sidecar hands each channel's messages to the agent in sequence order with
- * no gap, and does not hand over again a message the agent has already acked through it.
+ * no gap, never hands over again a message the agent acked through it, and keeps to the agent's
+ * `max`. Everything it has not handed over yet lives on disk, so a SIGKILL loses no place.
  *
- * - It remembers, on disk, the last channel_sequence_id it handed over per channel. A delivery
- *   past the next number means a gap (a delivery the sidecar never saw: taken with the agent's
- *   token elsewhere, or dead-lettered): the missing range is fetched from
- *   /v1/channels/{name}/messages and handed over first, in order, with delivery ids of the
- *   sidecar's own (negative), which the agent acks like any other.
+ * - It remembers the last channel_sequence_id handed over per channel. A delivery past the next
+ *   number opens a gap: the delivery is held back (table `held`) and the gap is scanned by
+ *   replay, one page at a time, its progress saved with each page (table `gaps`). The adapter
+ *   marks each replayed message with the state of the agent's own delivery of it
+ *   (`delivery_states`): a message acked elsewhere (taken with the agent's token behind the
+ *   sidecar's back) becomes a copy with a delivery id of the sidecar's own (negative); a message
+ *   evicted or dead-lettered for the agent, one it sent itself, or one it never had is skipped,
+ *   so repair never undoes the adapter's bound.
+ * - A copy has a lease of its own (as long as the adapter's, as last seen): one the agent does
+ *   not ack comes again, a nack makes it due at once, a nack with retry false drops it. While a
+ *   copy is leased, later deliveries of its channel are held back, as the adapter does.
  * - A redelivery of a message the agent acked through the sidecar is acked upstream for it and
- *   not handed over. One handed over but not acked may come again: the agent may have crashed
- *   before finishing it (at-least-once).
- * - The agent's own broadcasts: the adapter does not deliver them to their sender, so they are
- *   holes in the agent's view of the channel. They count as handed over: when the sidecar sends
- *   one and gets its sequence number back, it advances its mark past it if it is next, and it
- *   skips the agent's own messages in a replay.
+ *   not handed over.
+ * - The agent's own broadcasts count as handed over (sent()): the adapter does not deliver them
+ *   to their sender, so they are not gaps.
  * - A channel the sidecar has no memory of starts at the first message it sees: a sidecar whose
  *   file was lost does not replay a channel's whole history to its agent.
  */
+import type { Answer } from '../protocol/router.js';
 import type { Delivery, Message } from '../protocol/wire.js';
-import type { SidecarFile } from '../store/sidecar-file.js';
-import type { AdapterClient } from './adapter-client.js';
+import type { Copy, Held, NewCopy, SidecarFile } from '../store/sidecar-file.js';
+import type { AdapterClient, AdapterResponse } from './adapter-client.js';
 
 /** How long the sidecar remembers an ack: far past any lease and retry backoff. */
 const ACKED_MEMORY_MS = 7 * 24 * 3600 * 1000;
 /** Deliveries handed over whose ack the sidecar will match to a message. */
 const HANDED_MAP_MAX = 100_000;
+/** Messages per replay page: at 256 KiB each at worst, 25 MiB held at once. */
+const PAGE = 100;
+
+/** A replay page, with the state of the agent's own delivery of each message. */
+interface Page {
+  readonly messages: Message[];
+  readonly delivery_states?: Record<string, string>;
+}
+
+type Upstream = (waitS: number, max: number) => Promise<Answer>;
+
+/** One thing the agent may be handed next in a channel, in sequence order. */
+type Item = { seq: number; copy: Copy } | { seq: number; held: Held };
 
 export class InboxRepair {
   readonly #agent: string;
@@ -32,6 +50,8 @@ export class InboxRepair {
   readonly #file: SidecarFile;
   /** Upstream delivery id → message id, for the deliveries handed over since start. */
   readonly #handedIds = new Map<number, string>();
+  /** The adapter's lease as last seen: the length of a copy's lease. */
+  #leaseMs = 30_000;
   #acks = 0;
 
   constructor(file: SidecarFile, agent: string, client: AdapterClient) {
@@ -41,70 +61,51 @@ export class InboxRepair {
   }
 
   /**
-   * Turns the adapter's inbox answer into what the agent gets: acked redeliveries acked
-   * upstream and left out, gaps filled from replay, in order.
+   * The agent's poll: what the sidecar already holds first (copies due, held deliveries), then
+   * the adapter's inbox for the rest of `max`, gaps scanned and filled in order.
    */
-  async repair(answerBody: string): Promise<string> {
-    const { deliveries } = JSON.parse(answerBody) as { deliveries: Delivery[] };
-    const out: Delivery[] = [];
-    const ackUpstream: number[] = [];
-    const marks = new Map<string, number>();
-    const mark = (channel: string): number | undefined =>
-      marks.get(channel) ?? this.#file.handed(channel);
-    for (const d of deliveries) {
-      const m = d.message;
-      if (this.#file.isAcked(m.message_id)) {
-        ackUpstream.push(d.delivery_id);
-        continue;
+  async inbox(waitS: number, max: number, upstream: Upstream): Promise<Answer> {
+    await this.#scan(max);
+    const out = this.#takeReady(max);
+    if (out.length < max) {
+      const answer = await upstream(out.length > 0 ? 0 : waitS, max - out.length);
+      if (answer.status !== 200) return out.length > 0 ? render(out) : answer;
+      const { deliveries } = JSON.parse(answer.body as string) as { deliveries: Delivery[] };
+      const gapsBefore = this.#file.gaps().length;
+      await this.#take(deliveries, out);
+      if (this.#file.gaps().length > gapsBefore) {
+        await this.#scan(max - out.length);
+        out.push(...this.#takeReady(max - out.length));
       }
-      const last = mark(m.channel);
-      if (last !== undefined && m.channel_sequence_id > last + 1) {
-        for (const missing of await this.#replay(
-          m.channel,
-          last,
-          m.channel_sequence_id - last - 1,
-        )) {
-          if (missing.sender === this.#agent || this.#file.isAcked(missing.message_id)) continue;
-          const id = this.#file.localDelivery(missing.message_id);
-          out.push({
-            delivery_id: -id,
-            attempt: 1,
-            lease_expires_at: d.lease_expires_at,
-            message: missing,
-          });
-        }
-      }
-      marks.set(m.channel, Math.max(last ?? 0, m.channel_sequence_id));
-      this.#handedIds.set(d.delivery_id, m.message_id);
-      out.push(d);
     }
-    this.#file.setHanded(marks);
-    if (this.#handedIds.size > HANDED_MAP_MAX) {
-      for (const k of [...this.#handedIds.keys()].slice(0, this.#handedIds.size - HANDED_MAP_MAX))
-        this.#handedIds.delete(k);
-    }
-    if (ackUpstream.length > 0) {
-      await this.#client
-        .request('POST', '/v1/acks', JSON.stringify({ delivery_ids: ackUpstream }))
-        .catch(() => {}); // not acked now: it comes again, and is acked then
-    }
-    return JSON.stringify({ deliveries: out });
+    return render(out);
   }
 
   /**
-   * The agent's acks: its own ids go to the adapter, the sidecar's (negative) stay here; every
-   * message acked is remembered. Returns the ids for the adapter.
+   * The agent's acks: its own ids go to the adapter, the sidecar's (negative) are settled here;
+   * every message acked is remembered. Returns the ids for the adapter.
    */
   acked(ids: readonly number[]): { upstream: number[]; local: number[] } {
     const messages: string[] = [];
     for (const id of ids) {
       const message = id < 0 ? this.#file.localDeliveryMessage(-id) : this.#handedIds.get(id);
       if (message !== undefined) messages.push(message);
+      if (id < 0) this.#file.copyDone(-id);
     }
     const now = Date.now();
     const forget = ++this.#acks % 1000 === 0 ? now - ACKED_MEMORY_MS : undefined;
     this.#file.markAcked(messages, now, forget);
     return splitLocal(ids);
+  }
+
+  /** The agent's nacks of copies: due again at once, or, with retry false, dropped. */
+  nacked(ids: readonly number[], retry: boolean): { upstream: number[]; local: number[] } {
+    const split = splitLocal(ids);
+    for (const id of split.local) {
+      if (retry) this.#file.copyDue(-id);
+      else this.#file.copyDone(-id);
+    }
+    return split;
   }
 
   /** A send of the agent's own came back with its number: it counts as handed over. */
@@ -113,23 +114,160 @@ export class InboxRepair {
     if (last !== undefined && seq === last + 1) this.#file.setHanded(new Map([[channel, seq]]));
   }
 
-  async #replay(channel: string, after: number, count: number): Promise<Message[]> {
-    const out: Message[] = [];
-    let from = after;
-    while (out.length < count) {
-      const limit = Math.min(1000, count - out.length);
-      const res = await this.#client.request(
-        'GET',
-        `/v1/channels/${encodeURIComponent(channel)}/messages?after=${from}&limit=${limit}`,
-      );
-      if (res.status !== 200) break; // not ours to read, or pruned: hand over what we have
-      const { messages } = JSON.parse(res.body) as { messages: Message[] };
-      if (messages.length === 0) break;
-      out.push(...messages);
-      from = messages.at(-1)!.channel_sequence_id;
+  /** Sorts the adapter's deliveries: acked before (ack upstream), held back, or handed over. */
+  async #take(deliveries: readonly Delivery[], out: Delivery[]): Promise<void> {
+    const ackUpstream: number[] = [];
+    const busy = this.#busyChannels();
+    const marks = new Map<string, number>();
+    const now = Date.now();
+    for (const d of deliveries) {
+      const m = d.message;
+      const lease = Date.parse(d.lease_expires_at) - now;
+      if (lease > 0) this.#leaseMs = lease;
+      if (this.#file.isAcked(m.message_id)) {
+        ackUpstream.push(d.delivery_id);
+        continue;
+      }
+      const last = marks.get(m.channel) ?? this.#file.handed(m.channel);
+      if (!busy.has(m.channel) && last !== undefined && m.channel_sequence_id > last + 1) {
+        this.#file.gapPage(m.channel, [], last, m.channel_sequence_id);
+        busy.add(m.channel);
+      }
+      if (busy.has(m.channel)) {
+        this.#file.hold(heldOf(d));
+        continue;
+      }
+      marks.set(m.channel, Math.max(last ?? 0, m.channel_sequence_id));
+      this.#handed(d);
+      out.push(d);
     }
+    this.#file.setHanded(marks);
+    if (ackUpstream.length > 0) {
+      await this.#client
+        .request('POST', '/v1/acks', JSON.stringify({ delivery_ids: ackUpstream }))
+        .catch(() => {}); // not acked now: it comes again, and is acked then
+    }
+  }
+
+  /**
+   * Scans the open gaps, a page at a time, each page's copies and progress saved together;
+   * stops early once `enough` copies wait (the agent cannot take more now). A gap the adapter
+   * will not replay (pruned, not readable) closes: what it had is handed over.
+   */
+  async #scan(enough: number): Promise<void> {
+    for (const gap of this.#file.gaps()) {
+      let after: number | undefined = gap.after;
+      while (after !== undefined && this.#file.openCopies().length < enough) {
+        const left = gap.until - after - 1;
+        if (left <= 0) {
+          this.#file.gapPage(gap.channel, [], undefined, gap.until);
+          break;
+        }
+        const path: string = `/v1/channels/${encodeURIComponent(gap.channel)}/messages?after=${after}&limit=${Math.min(PAGE, left)}`;
+        const res: AdapterResponse | undefined = await this.#client
+          .request('GET', path)
+          .catch(() => undefined);
+        if (res === undefined || res.retryable) return; // the adapter is away: go on next poll
+        const page: Page = res.status === 200 ? (JSON.parse(res.body) as Page) : { messages: [] };
+        const copies: NewCopy[] = [];
+        for (const m of page.messages) {
+          if (m.channel_sequence_id >= gap.until) break;
+          const mine = page.delivery_states?.[m.message_id];
+          if (m.sender === this.#agent || mine !== 'acked' || this.#file.isAcked(m.message_id))
+            continue;
+          copies.push({
+            messageId: m.message_id,
+            seq: m.channel_sequence_id,
+            body: JSON.stringify(m),
+            leaseMs: this.#leaseMs,
+          });
+        }
+        const last: number | undefined = page.messages.at(-1)?.channel_sequence_id;
+        after = last === undefined || last >= gap.until - 1 ? undefined : last;
+        this.#file.gapPage(gap.channel, copies, after, gap.until);
+      }
+    }
+  }
+
+  /**
+   * Up to `max` of what the sidecar holds, channel by channel in sequence order: copies due and
+   * held deliveries, each channel up to a copy still leased to the agent or a gap still open.
+   */
+  #takeReady(max: number): Delivery[] {
+    if (max <= 0) return [];
+    const now = Date.now();
+    const open = new Set(this.#file.gaps().map((g) => g.channel));
+    const lanes = new Map<string, Item[]>();
+    const lane = (channel: string) => {
+      const items = lanes.get(channel) ?? [];
+      lanes.set(channel, items);
+      return items;
+    };
+    for (const copy of this.#file.openCopies()) lane(copy.channel).push({ seq: copy.seq, copy });
+    for (const held of this.#file.heldAll()) lane(held.channel).push({ seq: held.seq, held });
+    const out: Delivery[] = [];
+    const leased: { id: number; leaseExpiresAt: number }[] = [];
+    const unheld: string[] = [];
+    const marks = new Map<string, number>();
+    for (const [channel, items] of lanes) {
+      items.sort((a, b) => a.seq - b.seq);
+      for (const item of items) {
+        if (out.length >= max) break;
+        if ('copy' in item) {
+          const c = item.copy;
+          if (c.lease_expires_at > now) break; // handed, not acked yet: the channel waits
+          const expires = now + c.lease_ms;
+          leased.push({ id: c.id, leaseExpiresAt: expires });
+          out.push({
+            delivery_id: -c.id,
+            attempt: c.attempt + 1,
+            lease_expires_at: new Date(expires).toISOString(),
+            message: JSON.parse(c.body) as Message,
+          });
+        } else {
+          if (open.has(channel)) break; // the gap before it is still being scanned
+          const d = JSON.parse(item.held.delivery) as Delivery;
+          unheld.push(item.held.message_id);
+          this.#handed(d);
+          out.push(d);
+        }
+        marks.set(channel, Math.max(marks.get(channel) ?? 0, item.seq));
+      }
+    }
+    this.#file.handOver(leased, unheld);
+    this.#file.setHanded(marks);
     return out;
   }
+
+  /** Channels where an adapter delivery must wait: a gap, a held delivery or a copy in them. */
+  #busyChannels(): Set<string> {
+    return new Set([
+      ...this.#file.gaps().map((g) => g.channel),
+      ...this.#file.heldAll().map((h) => h.channel),
+      ...this.#file.openCopies().map((c) => c.channel),
+    ]);
+  }
+
+  #handed(d: Delivery): void {
+    this.#handedIds.set(d.delivery_id, d.message.message_id);
+    if (this.#handedIds.size > HANDED_MAP_MAX) {
+      const oldest = this.#handedIds.keys().next().value;
+      if (oldest !== undefined) this.#handedIds.delete(oldest);
+    }
+  }
+}
+
+function heldOf(d: Delivery): Held {
+  return {
+    message_id: d.message.message_id,
+    channel: d.message.channel,
+    seq: d.message.channel_sequence_id,
+    delivery: JSON.stringify(d),
+  };
+}
+
+function render(out: readonly Delivery[]): Answer {
+  return { status: 200, body: JSON.stringify({ deliveries: out }) };
 }
 
 /** The agent's delivery ids: the adapter's (positive) and the sidecar's own (negative). */

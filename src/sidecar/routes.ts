@@ -4,7 +4,7 @@
  * status, metrics, emergencies, which must work while the adapter is down or the sidecar
  * stops); `agent` endpoints stop taking requests once the sidecar is stopping.
  */
-import { parseDeliveryIds } from '../protocol/delivery-ids.js';
+import { parseDeliveryIds, parseLeaseExtension, parseNack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
 import { intParam, parseJson } from '../protocol/http.js';
 import {
@@ -24,6 +24,7 @@ export type Who = 'local' | 'agent';
 /** The largest body the sidecar reads: an envelope the adapter could take at its default. */
 const MAX_BODY = DEFAULT_MAX_MESSAGE_BYTES;
 const json = { limit: MAX_BODY, parse: parseJson };
+const ONE_DAY_MS = 24 * 3600 * 1000;
 const deliveryIds = {
   limit: MAX_BODY,
   parse: (b: Buffer) => parseDeliveryIds(b, { negativeToo: true }),
@@ -101,9 +102,24 @@ export function sidecarRoutes(
       method: 'POST',
       path: '/v1/nacks',
       who: 'agent',
-      body: deliveryIds,
+      body: { limit: MAX_BODY, parse: (b: Buffer) => parseNack(b, { negativeToo: true }) },
       handler: ({ body }) => service.nack(body),
     }),
+    route({
+      method: 'POST',
+      path: '/v1/leases',
+      who: 'agent',
+      // the adapter holds extensions to its AGW_MAX_LEASE_MS; here only their shape is checked
+      body: { limit: MAX_BODY, parse: (b: Buffer) => parseLeaseExtension(b, ONE_DAY_MS) },
+      handler: ({ body }) => service.extendLeases(body),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/messages/:message_id',
+      who: 'agent',
+      handler: ({ params }) => service.messageStatus(params.message_id!),
+    }),
+    route({ method: 'GET', path: '/v1/me', who: 'agent', handler: () => service.me() }),
     route({
       method: 'POST',
       path: '/v1/heartbeat',

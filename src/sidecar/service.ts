@@ -9,6 +9,7 @@
  */
 import { z } from 'zod';
 import type { Emergencies } from '../journald/emergency.js';
+import type { Nack } from '../protocol/delivery-ids.js';
 import { parseEnvelope } from '../protocol/envelope.js';
 import { GatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
@@ -18,7 +19,7 @@ import type { AdapterClient } from './adapter-client.js';
 import type { AdapterBreaker } from './circuit-breaker.js';
 import type { Forwarder } from './forwarder.js';
 import type { StartGate } from './gate.js';
-import { type InboxRepair, splitLocal } from './inbox-repair.js';
+import type { InboxRepair } from './inbox-repair.js';
 import type { Outbox } from './outbox.js';
 
 const EmergencyBody = z.strictObject({
@@ -71,10 +72,10 @@ export class SidecarService {
   }
 
   /** Up to `max` deliveries, waiting up to `wait` s; gaps filled and acked ones left out. */
-  async inbox(wait: number, max: number): Promise<Answer> {
-    const answer = await this.#call('GET', `/v1/inbox?wait=${wait}&max=${max}`, undefined, wait);
-    if (answer.status !== 200) return answer;
-    return { ...answer, body: await this.#o.repair.repair(answer.body as string) };
+  inbox(wait: number, max: number): Promise<Answer> {
+    return this.#o.repair.inbox(wait, max, (w, m) =>
+      this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w),
+    );
   }
 
   /** Acks: the adapter's ids go to it, the sidecar's own (negative) are settled here. */
@@ -83,9 +84,27 @@ export class SidecarService {
     return this.#settle('/v1/acks', upstream, local);
   }
 
-  nack(ids: readonly number[]): Promise<Answer> {
-    const { upstream, local } = splitLocal(ids);
-    return this.#settle('/v1/nacks', upstream, local);
+  /** Nacks: the sidecar's own copies are due again (or, retry false, dropped) here. */
+  nack(n: Nack): Promise<Answer> {
+    const { upstream, local } = this.#o.repair.nacked(n.ids, n.retry);
+    const extra = { retry: n.retry, ...(n.reason === null ? {} : { reason: n.reason }) };
+    return this.#settle('/v1/nacks', upstream, local, extra);
+  }
+
+  /** The agent is still working on these (the adapter's deliveries). */
+  extendLeases(body: { ids: readonly number[]; extendMs: number }): Promise<Answer> {
+    const json = JSON.stringify({ delivery_ids: body.ids, extend_ms: body.extendMs });
+    return this.#call('POST', '/v1/leases', json);
+  }
+
+  /** What became of a message the agent sent. */
+  messageStatus(messageId: string): Promise<Answer> {
+    return this.#call('GET', `/v1/messages/${encodeURIComponent(messageId)}`);
+  }
+
+  /** Who the agent is: its channels and their members, alerts_to, the adapter's limits. */
+  me(): Promise<Answer> {
+    return this.#call('GET', '/v1/me');
   }
 
   heartbeat(): Promise<Answer> {
@@ -126,20 +145,26 @@ export class SidecarService {
   }
 
   /** Acks or nacks: upstream ids to the adapter, the sidecar's own merged into its answer. */
-  async #settle(path: '/v1/acks' | '/v1/nacks', upstream: number[], local: number[]) {
+  async #settle(
+    path: '/v1/acks' | '/v1/nacks',
+    upstream: number[],
+    local: number[],
+    extra: object = {},
+  ) {
     const acks = path === '/v1/acks';
     if (upstream.length === 0) {
       // only the sidecar's own replayed copies: nothing for the adapter to hear
       return {
         body: acks
           ? { acked: local, dead_lettered: [], unknown: [] }
-          : { nacked: [], ignored: local, unknown: [] },
+          : { nacked: local, ignored: [], unknown: [] },
       };
     }
-    const answer = await this.#call('POST', path, JSON.stringify({ delivery_ids: upstream }));
+    const body = JSON.stringify({ delivery_ids: upstream, ...extra });
+    const answer = await this.#call('POST', path, body);
     if (answer.status !== 200 || local.length === 0) return answer;
     const merged = JSON.parse(answer.body as string) as Record<string, number[]>;
-    const key = acks ? 'acked' : 'ignored';
+    const key = acks ? 'acked' : 'nacked';
     merged[key] = [...(merged[key] ?? []), ...local];
     return { ...answer, body: merged };
   }

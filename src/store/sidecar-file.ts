@@ -25,6 +25,43 @@ export interface Refused {
   readonly answer: string;
 }
 
+/** A gap of a channel still to scan: messages after `after` and before `until`. */
+export interface Gap {
+  readonly channel: string;
+  readonly after: number;
+  readonly until: number;
+}
+
+/** A copy made from replay, with a lease of its own. */
+export interface Copy {
+  readonly id: number;
+  readonly message_id: string;
+  readonly channel: string;
+  readonly seq: number;
+  /** The message, as the adapter serves it. */
+  readonly body: string;
+  readonly lease_ms: number;
+  /** 0: due now. */
+  readonly lease_expires_at: number;
+  readonly attempt: number;
+}
+
+export interface NewCopy {
+  readonly messageId: string;
+  readonly seq: number;
+  readonly body: string;
+  readonly leaseMs: number;
+}
+
+/** An adapter delivery held back behind a gap or an unacked copy of its channel. */
+export interface Held {
+  readonly message_id: string;
+  readonly channel: string;
+  readonly seq: number;
+  /** The delivery, as the adapter served it. */
+  readonly delivery: string;
+}
+
 export class SidecarFile {
   readonly #db: Database.Database;
   readonly #s;
@@ -50,8 +87,18 @@ export class SidecarFile {
       isAcked: p<number>(SIDECAR_SQL.isAcked).pluck(),
       markAcked: p(SIDECAR_SQL.markAcked),
       pruneAcked: p(SIDECAR_SQL.pruneAcked),
-      localDelivery: p<{ id: number }>(SIDECAR_SQL.localDelivery),
       localMessage: p<string>(SIDECAR_SQL.localDeliveryMessage).pluck(),
+      gaps: p<Gap>(SIDECAR_SQL.gaps),
+      setGap: p(SIDECAR_SQL.setGap),
+      dropGap: p(SIDECAR_SQL.dropGap),
+      addCopy: p(SIDECAR_SQL.addCopy),
+      openCopies: p<Copy>(SIDECAR_SQL.openCopies),
+      leaseCopy: p(SIDECAR_SQL.leaseCopy),
+      copyDue: p(SIDECAR_SQL.copyDue),
+      copyDone: p(SIDECAR_SQL.copyDone),
+      hold: p(SIDECAR_SQL.hold),
+      heldAll: p<Held>(SIDECAR_SQL.heldAll),
+      unhold: p(SIDECAR_SQL.unhold),
     };
   }
 
@@ -122,13 +169,61 @@ export class SidecarFile {
     })();
   }
 
-  /** A delivery id of the sidecar's own (positive here; the agent sees it negated). */
-  localDelivery(messageId: string): number {
-    return this.#s.localDelivery.get(messageId)!.id;
-  }
-
   localDeliveryMessage(id: number): string | undefined {
     return this.#s.localMessage.get(id);
+  }
+
+  // inbox repair: gaps being scanned, copies with leases, held deliveries
+
+  gaps(): Gap[] {
+    return this.#s.gaps.all();
+  }
+
+  /**
+   * One scanned page of a gap, at once: the copies it made, and where the scan goes on (or,
+   * `after` undefined, that the gap is done).
+   */
+  gapPage(channel: string, copies: readonly NewCopy[], after: number | undefined, until: number) {
+    this.#db.transaction(() => {
+      for (const c of copies)
+        this.#s.addCopy.run(c.messageId, channel, c.seq, c.body, Math.round(c.leaseMs));
+      if (after === undefined) this.#s.dropGap.run(channel);
+      else this.#s.setGap.run(channel, after, until);
+    })();
+  }
+
+  openCopies(): Copy[] {
+    return this.#s.openCopies.all();
+  }
+
+  heldAll(): Held[] {
+    return this.#s.heldAll.all();
+  }
+
+  /** Holds an adapter delivery back (a newer delivery of the same message replaces it). */
+  hold(h: Held): void {
+    this.#s.hold.run(h.message_id, h.channel, h.seq, h.delivery);
+  }
+
+  /** What one answer to the agent handed over, at once: copies leased, held ones let go. */
+  handOver(
+    copies: readonly { id: number; leaseExpiresAt: number }[],
+    unheld: readonly string[],
+  ): void {
+    this.#db.transaction(() => {
+      for (const c of copies) this.#s.leaseCopy.run(c.leaseExpiresAt, c.id);
+      for (const m of unheld) this.#s.unhold.run(m);
+    })();
+  }
+
+  /** A copy nacked for a retry: due again at once. */
+  copyDue(id: number): boolean {
+    return this.#s.copyDue.run(id).changes === 1;
+  }
+
+  /** A copy acked, or rejected: never handed again. */
+  copyDone(id: number): void {
+    this.#s.copyDone.run(id);
   }
 
   close(): void {

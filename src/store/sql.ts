@@ -115,6 +115,12 @@ export const SQL = {
   channelMessages: `
     SELECT id, body, checksum FROM messages WHERE channel = ? AND seq > ? ORDER BY seq LIMIT ?`,
   messageBody: 'SELECT id, body, checksum FROM messages WHERE id = ?',
+  // the reader's own deliveries of a replay page's messages (same window as channelMessages)
+  pageDeliveries: `
+    SELECT m.message_id, d.state
+    FROM (SELECT id, message_id FROM messages WHERE channel = ? AND seq > ? ORDER BY seq LIMIT ?) m
+    JOIN deliveries d ON d.message = m.id
+    WHERE d.recipient = ? ORDER BY d.id`,
   messageById: 'SELECT id, body, checksum, sender FROM messages WHERE message_id = ?',
   // each delivery of a message, oldest first, with its dead letter's reason and note if any
   recipients: `
@@ -245,6 +251,33 @@ export const SIDECAR_MIGRATIONS: readonly string[] = [
     message_id TEXT NOT NULL
   );
   `,
+  // 2: inbox repair that keeps its place on disk. A gap being scanned per channel (messages
+  // after `after` and before `until` are still to look at), copies made from replay with leases
+  // of their own (redelivered until acked), and adapter deliveries held back behind a gap or an
+  // unacked copy of their channel. Copies of version 1 had no body and were handed once: done.
+  `
+  CREATE TABLE gaps (
+    channel TEXT PRIMARY KEY,
+    after   INTEGER NOT NULL,
+    until   INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  ALTER TABLE local_deliveries ADD COLUMN channel TEXT NOT NULL DEFAULT '';
+  ALTER TABLE local_deliveries ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE local_deliveries ADD COLUMN body TEXT NOT NULL DEFAULT '';
+  ALTER TABLE local_deliveries ADD COLUMN lease_ms INTEGER NOT NULL DEFAULT 30000;
+  ALTER TABLE local_deliveries ADD COLUMN lease_expires_at INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE local_deliveries ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE local_deliveries ADD COLUMN done INTEGER NOT NULL DEFAULT 0;
+  UPDATE local_deliveries SET done = 1;
+  CREATE INDEX local_open ON local_deliveries (channel, seq) WHERE done = 0;
+  CREATE TABLE held (
+    message_id TEXT PRIMARY KEY,
+    channel    TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    delivery   TEXT    NOT NULL
+  ) WITHOUT ROWID;
+  CREATE INDEX held_by_channel ON held (channel, seq);
+  `,
 ];
 
 export const SIDECAR_SQL = {
@@ -266,8 +299,26 @@ export const SIDECAR_SQL = {
   isAcked: 'SELECT 1 FROM acked WHERE message_id = ?',
   markAcked: 'INSERT INTO acked (message_id, acked_at) VALUES (?, ?) ON CONFLICT DO NOTHING',
   pruneAcked: 'DELETE FROM acked WHERE acked_at < ?',
-  localDelivery: 'INSERT INTO local_deliveries (message_id) VALUES (?) RETURNING id',
   localDeliveryMessage: 'SELECT message_id FROM local_deliveries WHERE id = ?',
+  // inbox repair v2
+  gaps: 'SELECT channel, after, until FROM gaps',
+  setGap: `
+    INSERT INTO gaps (channel, after, until) VALUES (?, ?, ?)
+    ON CONFLICT (channel) DO UPDATE SET after = excluded.after, until = excluded.until`,
+  dropGap: 'DELETE FROM gaps WHERE channel = ?',
+  addCopy: `
+    INSERT INTO local_deliveries (message_id, channel, seq, body, lease_ms) VALUES (?, ?, ?, ?, ?)`,
+  openCopies: `
+    SELECT id, message_id, channel, seq, body, lease_ms, lease_expires_at, attempt
+    FROM local_deliveries WHERE done = 0 ORDER BY channel, seq`,
+  leaseCopy: 'UPDATE local_deliveries SET lease_expires_at = ?, attempt = attempt + 1 WHERE id = ?',
+  copyDue: 'UPDATE local_deliveries SET lease_expires_at = 0 WHERE id = ? AND done = 0',
+  copyDone: 'UPDATE local_deliveries SET done = 1 WHERE id = ?',
+  hold: `
+    INSERT INTO held (message_id, channel, seq, delivery) VALUES (?, ?, ?, ?)
+    ON CONFLICT (message_id) DO UPDATE SET delivery = excluded.delivery`,
+  heldAll: 'SELECT message_id, channel, seq, delivery FROM held ORDER BY channel, seq',
+  unhold: 'DELETE FROM held WHERE message_id = ?',
   setState: `
     INSERT INTO state (key, value) VALUES (?, ?)
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`,

@@ -24,6 +24,7 @@ import {
   type DeliveryConfig,
   type DeliveryJson,
   DeliveryState,
+  type DeliveryStateName,
   type DeliveryStats,
   type MessageDraft,
   type MessageStatus,
@@ -134,6 +135,7 @@ export class SqliteStore implements Store {
       findByKey: p<KeyRow>(SQL.findByKey),
       insertMessage: p(SQL.insertMessage),
       channelMessages: p<BodyRow>(SQL.channelMessages),
+      pageDeliveries: p<{ message_id: string; state: DeliveryState }>(SQL.pageDeliveries),
       messageBody: p<BodyRow>(SQL.messageBody),
       ensureChannel: p(SQL.ensureChannel),
       touchAgent: p(SQL.touchAgent),
@@ -342,6 +344,18 @@ export class SqliteStore implements Store {
 
   channelMessages(channel: string, afterSeq: number, limit: number): string[] {
     return this.#s.channelMessages.all(channel, afterSeq, limit).map((r) => this.#verified(r));
+  }
+
+  pageDeliveries(
+    reader: string,
+    channel: string,
+    afterSeq: number,
+    limit: number,
+  ): Record<string, DeliveryStateName> {
+    const out: Record<string, DeliveryStateName> = {};
+    for (const r of this.#s.pageDeliveries.all(channel, afterSeq, limit, reader))
+      out[r.message_id] = STATE_NAME[r.state];
+    return out;
   }
 
   messageStatus(messageId: string): MessageStatus | undefined {

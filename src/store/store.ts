@@ -183,6 +183,8 @@ export interface Committed {
   readonly effects: CommitEffects;
 }
 
+export type DeliveryStateName = 'pending' | 'leased' | 'acked' | 'dead_letter';
+
 /** What became of a message, for its sender: each recipient's delivery. */
 export interface MessageStatus {
   /** The stored message, checksum verified, as readers see it. */
@@ -190,7 +192,7 @@ export interface MessageStatus {
   readonly sender: string;
   readonly recipients: readonly {
     readonly agent: string;
-    readonly state: 'pending' | 'leased' | 'acked' | 'dead_letter';
+    readonly state: DeliveryStateName;
     readonly attempts: number;
     readonly reason: string | null;
     readonly note?: string;
@@ -216,6 +218,16 @@ export interface Store {
   ensureChannels(names: Iterable<string>): void;
   /** Messages of a channel after `afterSeq`, in sequence order, checksums verified. */
   channelMessages(channel: string, afterSeq: number, limit: number): string[];
+  /**
+   * For the same page of a channel: the state of `reader`'s own delivery of each message it
+   * had one of (its latest, after a replay), by message_id.
+   */
+  pageDeliveries(
+    reader: string,
+    channel: string,
+    afterSeq: number,
+    limit: number,
+  ): Record<string, DeliveryStateName>;
   /** A message by its message_id with each recipient's latest delivery; undefined if unknown. */
   messageStatus(messageId: string): MessageStatus | undefined;
   /** Dead letters with id > `after`, oldest first, each with its message. */
