@@ -101,3 +101,37 @@ it('with the adapter gone, a send is queued and the status says so', async () =>
   expect(answer.body).toMatchObject({ status: 'queued', outbox_depth: 1 });
   expect(pm.service.status()).toMatchObject({ outbox: { depth: 1 }, ready: true });
 });
+
+it("passes the agent's lease extensions, rejections, status questions and whoami to the adapter", async () => {
+  const adapter = await startTestAdapter();
+  stops.push(adapter.stop);
+  const pm = await sidecarFor('pm', adapter);
+  const qa = await sidecarFor('qa', adapter);
+  const sent = JSON.parse(
+    (await pm.service.send({ to: '@qa', kind: 'task/cancel', payload: { task_id: 'T-9' } }))
+      .body as string,
+  );
+  const [d] = JSON.parse((await qa.service.inbox(5, 1)).body as string).deliveries;
+  const extended = await qa.service.extendLeases({ ids: [d.delivery_id], extendMs: 120_000 });
+  expect(extended.status).toBe(200);
+  const lease = JSON.parse(extended.body as string).leases[0];
+  expect(lease.delivery_id).toBe(d.delivery_id);
+  expect(Date.parse(lease.lease_expires_at)).toBeGreaterThan(Date.parse(d.lease_expires_at));
+
+  const nacked = await qa.service.nack({ ids: [d.delivery_id], retry: false, reason: 'no T-9' });
+  expect(JSON.parse(nacked.body as string)).toMatchObject({ nacked: [d.delivery_id] });
+  const status = JSON.parse((await pm.service.messageStatus(sent.message_id)).body as string);
+  expect(status.recipients).toEqual([
+    { agent: 'qa', state: 'dead_letter', attempts: 1, reason: 'rejected', note: 'no T-9' },
+  ]);
+  // qa did not send it: the adapter refuses qa's question, and the sidecar passes that on
+  expect((await qa.service.messageStatus(sent.message_id)).status).toBe(403);
+
+  const me = JSON.parse((await qa.service.me()).body as string);
+  expect(me.agent).toBe('qa');
+  expect(me.channels.map((c: { name: string }) => c.name).sort()).toEqual([
+    'all-agents',
+    'product',
+  ]);
+  expect(me.limits).toMatchObject({ max_batch: 100, max_depth: 64 });
+});
