@@ -48,10 +48,14 @@ export interface LeaseExtension {
   readonly extendMs: number;
 }
 
-export function parseLeaseExtension(body: Buffer, maxLeaseMs: number): LeaseExtension {
+export function parseLeaseExtension(
+  body: Buffer,
+  maxLeaseMs: number,
+  opts: IdsOptions = {},
+): LeaseExtension {
   const v = parse(
     z.strictObject({
-      delivery_ids: ids(false),
+      delivery_ids: ids(opts.negativeToo ?? false),
       extend_ms: z
         .int(`must be an integer number of ms from 1 to ${maxLeaseMs}`)
         .min(1, `must be from 1 to ${maxLeaseMs} ms`)

@@ -108,6 +108,29 @@ export class InboxRepair {
     return split;
   }
 
+  /**
+   * Extends the leases of these copies (negative ids) by `extendMs` from now; undefined, and
+   * nothing changed, if one of them is not leased to the agent (acked, dropped, or due again).
+   */
+  extended(
+    ids: readonly number[],
+    extendMs: number,
+  ): { delivery_id: number; lease_expires_at: string }[] | undefined {
+    if (!ids.every((id) => this.isLeasedCopy(id))) return undefined;
+    const expires = Date.now() + extendMs;
+    this.#file.extendCopies(
+      ids.map((id) => -id),
+      expires,
+    );
+    const at = new Date(expires).toISOString();
+    return ids.map((id) => ({ delivery_id: id, lease_expires_at: at }));
+  }
+
+  /** Whether this (negative) id is a copy handed to the agent and not yet acked or due again. */
+  isLeasedCopy(id: number): boolean {
+    return this.#file.copyLeased(-id, Date.now());
+  }
+
   /** A send of the agent's own came back with its number: it counts as handed over. */
   sent(channel: string, seq: number): void {
     const last = this.#file.handed(channel);

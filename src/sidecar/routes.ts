@@ -110,7 +110,10 @@ export function sidecarRoutes(
       path: '/v1/leases',
       who: 'agent',
       // the adapter holds extensions to its AGW_MAX_LEASE_MS; here only their shape is checked
-      body: { limit: MAX_BODY, parse: (b: Buffer) => parseLeaseExtension(b, ONE_DAY_MS) },
+      body: {
+        limit: MAX_BODY,
+        parse: (b: Buffer) => parseLeaseExtension(b, ONE_DAY_MS, { negativeToo: true }),
+      },
       handler: ({ body }) => service.extendLeases(body),
     }),
     route({

@@ -19,7 +19,7 @@ import type { AdapterClient } from './adapter-client.js';
 import type { AdapterBreaker } from './circuit-breaker.js';
 import type { Forwarder } from './forwarder.js';
 import type { StartGate } from './gate.js';
-import type { InboxRepair } from './inbox-repair.js';
+import { type InboxRepair, splitLocal } from './inbox-repair.js';
 import type { Outbox } from './outbox.js';
 
 const EmergencyBody = z.strictObject({
@@ -91,10 +91,22 @@ export class SidecarService {
     return this.#settle('/v1/nacks', upstream, local, extra);
   }
 
-  /** The agent is still working on these (the adapter's deliveries). */
-  extendLeases(body: { ids: readonly number[]; extendMs: number }): Promise<Answer> {
-    const json = JSON.stringify({ delivery_ids: body.ids, extend_ms: body.extendMs });
-    return this.#call('POST', '/v1/leases', json);
+  /** The agent is still working on these: the adapter's leases and the sidecar's own copies'. */
+  async extendLeases(body: { ids: readonly number[]; extendMs: number }): Promise<Answer> {
+    const { upstream, local } = splitLocal(body.ids);
+    const leases = this.#o.repair.extended(local, body.extendMs);
+    if (leases === undefined) {
+      const gone = local.find((id) => !this.#o.repair.isLeasedCopy(id));
+      throw new GatewayError('not_leased', `delivery ${gone} is not leased to the agent any more`, {
+        field: 'delivery_ids',
+      });
+    }
+    if (upstream.length === 0) return { body: { leases } };
+    const json = JSON.stringify({ delivery_ids: upstream, extend_ms: body.extendMs });
+    const answer = await this.#call('POST', '/v1/leases', json);
+    if (answer.status !== 200 || leases.length === 0) return answer;
+    const merged = JSON.parse(answer.body as string) as { leases: unknown[] };
+    return { ...answer, body: { leases: [...merged.leases, ...leases] } };
   }
 
   /** What became of a message the agent sent. */

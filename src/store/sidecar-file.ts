@@ -95,6 +95,8 @@ export class SidecarFile {
       openCopies: p<Copy>(SIDECAR_SQL.openCopies),
       leaseCopy: p(SIDECAR_SQL.leaseCopy),
       copyDue: p(SIDECAR_SQL.copyDue),
+      copyLeased: p(SIDECAR_SQL.copyLeased),
+      extendCopy: p(SIDECAR_SQL.extendCopy),
       copyDone: p(SIDECAR_SQL.copyDone),
       hold: p(SIDECAR_SQL.hold),
       heldAll: p<Held>(SIDECAR_SQL.heldAll),
@@ -213,6 +215,18 @@ export class SidecarFile {
     this.#db.transaction(() => {
       for (const c of copies) this.#s.leaseCopy.run(c.leaseExpiresAt, c.id);
       for (const m of unheld) this.#s.unhold.run(m);
+    })();
+  }
+
+  /** Whether copy `id` is handed over, leased past `now`, and not done. */
+  copyLeased(id: number, now: number): boolean {
+    return this.#s.copyLeased.get(id, now) !== undefined;
+  }
+
+  /** Their leases now end at `expires`. */
+  extendCopies(ids: readonly number[], expires: number): void {
+    this.#db.transaction(() => {
+      for (const id of ids) this.#s.extendCopy.run(expires, id);
     })();
   }
 

@@ -313,6 +313,9 @@ export const SIDECAR_SQL = {
     FROM local_deliveries WHERE done = 0 ORDER BY channel, seq`,
   leaseCopy: 'UPDATE local_deliveries SET lease_expires_at = ?, attempt = attempt + 1 WHERE id = ?',
   copyDue: 'UPDATE local_deliveries SET lease_expires_at = 0 WHERE id = ? AND done = 0',
+  copyLeased: `
+    SELECT 1 FROM local_deliveries WHERE id = ? AND done = 0 AND lease_expires_at > ?`,
+  extendCopy: 'UPDATE local_deliveries SET lease_expires_at = ? WHERE id = ?',
   copyDone: 'UPDATE local_deliveries SET done = 1 WHERE id = ?',
   hold: `
     INSERT INTO held (message_id, channel, seq, delivery) VALUES (?, ?, ?, ?)

@@ -97,9 +97,19 @@ it('fills a gap left by a message acked elsewhere with a copy, in order; an unac
   expect(again.map((d) => [d.delivery_id, d.attempt, d.message.payload.n])).toEqual([
     [repaired[0].delivery_id, 2, 1],
   ]);
+  // a copy's lease extends like any other; an acked one does not
+  const ext = await call(sidecar.url, 'POST', '/v1/leases', {
+    body: { delivery_ids: [again[0].delivery_id], extend_ms: 60_000 },
+  });
+  expect(ext.body.leases.map((l: Json) => l.delivery_id)).toEqual([again[0].delivery_id]);
+  expect(await inbox(sidecar.url, 10, 1)).toEqual([]); // held by its lease
   const acked = await ack(sidecar.url, [again[0].delivery_id]);
   expect(acked.body.acked).toEqual([again[0].delivery_id]);
   expect(await inbox(sidecar.url)).toEqual([]); // acked: never again
+  const late = await call(sidecar.url, 'POST', '/v1/leases', {
+    body: { delivery_ids: [again[0].delivery_id], extend_ms: 60_000 },
+  });
+  expect([late.status, late.body.error]).toEqual([409, 'not_leased']);
 });
 
 it('acks upstream, and never shows, a redelivery of what the agent acked through it', {
