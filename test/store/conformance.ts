@@ -1083,6 +1083,31 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       ).toBe('not_leased');
     });
 
+    it('tells a reader the state of its own delivery of each message of a replay page', async () => {
+      const h = await open({ capacity: 1 }, ['product']);
+      const team = ['qa', 'growth'];
+      const [a, b, c] = await h.send(
+        draft({ channel: 'product', to: team, at: T0 }),
+        draft({ channel: 'product', to: team, at: T0 }), // evicts a for both (capacity 1)
+        draft({ channel: 'product', sender: 'qa', to: ['growth'], at: T0 }), // qa's own
+      );
+      const [d] = await h.lease('qa', 1, T0);
+      await h.ack('qa', [d!.delivery_id]);
+      expect(await h.store.pageDeliveries('qa', 'product', 0, 10)).toEqual({
+        [a!.message_id]: 'dead_letter',
+        [b!.message_id]: 'acked',
+      });
+      // the same window as channelMessages: after and limit
+      expect(await h.store.pageDeliveries('qa', 'product', 1, 1)).toEqual({
+        [b!.message_id]: 'acked',
+      });
+      expect(Object.keys(await h.store.pageDeliveries('growth', 'product', 0, 10))).toEqual([
+        a!.message_id,
+        b!.message_id,
+        c!.message_id,
+      ]);
+    });
+
     it("tells a message's sender each recipient's state as it moves", async () => {
       const h = await open({ maxRetries: 0 }, ['product']);
       const [m] = await h.send(draft({ channel: 'product', sender: 'pm', to: ['qa', 'growth'] }));
