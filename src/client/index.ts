@@ -9,10 +9,17 @@
  * await gw.send({ to: 'product', kind: 'task/request', payload: { task_id: 'T-1', description: '...' } });
  * await gw.receive(async (m) => { ... }, { signal }); // acks after the handler, nacks if it throws
  * ```
+ *
+ * A send is retried a few times when the answer may change (429, 503, no answer) with the same
+ * idempotency key, so a retry never makes a second message. The receive loop extends the lease
+ * of a message while its handler runs; a handler that can never handle a message throws a
+ * {@link PermanentError}, and the message is dead-lettered at once instead of coming again.
  */
 
+import { isRetryableAnswer } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
 import type { Delivery, Message } from '../protocol/wire.js';
+import { type Lease, LeaseKeeper } from './leases.js';
 
 export interface OutgoingMessage {
   readonly to: string;
@@ -20,11 +27,15 @@ export interface OutgoingMessage {
   readonly payload?: Record<string, unknown>;
   readonly priority?: 'normal' | 'critical';
   readonly reply_to_sequence_id?: number;
-  /** Made for you (a UUIDv7) when absent; set your own to make your retries of a send safe. */
+  /**
+   * Made for you (a UUIDv7, once per send() call, kept across its retries) when absent; set
+   * your own (derived from what you are answering, say) to make your own retries of a send safe.
+   */
   readonly idempotency_key?: string;
 }
 
 export type { Delivery, Message } from '../protocol/wire.js';
+export type { Lease } from './leases.js';
 
 /** delivered (201/200: stored by the adapter) or queued (202: in the sidecar's outbox). */
 export type SendResult =
@@ -33,6 +44,7 @@ export type SendResult =
       message_id: string;
       channel: string;
       channel_sequence_id: number;
+      /** true when the key was stored before: by an earlier send, or an earlier try of this one. */
       duplicate: boolean;
     }
   | { status: 'queued'; idempotency_key: string; outbox_depth: number };
@@ -40,6 +52,8 @@ export type SendResult =
 /** An answer that is not a success, with the error catalogue's code. */
 export class GatewayClientError extends Error {
   override name = 'GatewayClientError';
+  /** May the same request succeed later unchanged (429, 503, ...)? The catalogue's rule. */
+  readonly retryable: boolean;
   constructor(
     readonly status: number,
     readonly code: string,
@@ -47,14 +61,48 @@ export class GatewayClientError extends Error {
     readonly retryAfterS?: number,
   ) {
     super(message);
+    this.retryable = isRetryableAnswer(status, code);
   }
+}
+
+/**
+ * Thrown by a receive handler that can never handle a message (a malformed task, a kind it
+ * does not know): the loop nacks it with `retry: false` and the adapter dead-letters it at once
+ * (reason `rejected`, this error's message kept as the dead letter's note), so the channel's
+ * next message comes. Any error with `permanent: true` counts the same.
+ */
+export class PermanentError extends Error {
+  override name = 'PermanentError';
+  readonly permanent = true as const;
+}
+
+/** A PermanentError, or any error that says `permanent: true`. */
+export function isPermanentError(err: unknown): boolean {
+  return (
+    err instanceof PermanentError ||
+    (typeof err === 'object' && err !== null && (err as { permanent?: unknown }).permanent === true)
+  );
 }
 
 export interface GatewayClientOptions {
   /** The sidecar (default http://127.0.0.1:7070) or the adapter. */
   readonly url?: string;
-  /** The agent's token: only when talking to the adapter directly. */
+  /** The agent's token: only when talking to the adapter directly. Default none. */
   readonly token?: string;
+  /**
+   * Tries of one send() in all, the first included, while the answer may change (429, 503, no
+   * answer); each try carries the same idempotency key. Default 4; 1 turns retries off.
+   */
+  readonly sendAttempts?: number;
+  /** The first backoff cap between tries of a send, ms, doubling each try (full jitter). Default 250. */
+  readonly retryBaseMs?: number;
+  /**
+   * The longest wait between tries of a send, ms: the backoff cap, and a Retry-After longer
+   * than this ends the retries (the error is thrown). Default 10000.
+   */
+  readonly retryMaxMs?: number;
+  /** The fetch to use (a wrapper, a custom dispatcher). Default the global fetch. */
+  readonly fetch?: typeof fetch;
 }
 
 export interface ReceiveOptions {
@@ -64,40 +112,147 @@ export interface ReceiveOptions {
   readonly max?: number;
   /** Stops the loop (it returns after the poll in progress). */
   readonly signal?: AbortSignal;
-  /** Called when the handler throws; the delivery is nacked and will come again. */
+  /**
+   * Called when the handler throws; the delivery is nacked and comes again, or, for a
+   * {@link PermanentError}, is dead-lettered at once. Default none.
+   */
   readonly onError?: (err: unknown, delivery: Delivery) => void;
+  /**
+   * While a handler runs (and while later deliveries of the same poll wait their turn), their
+   * leases are extended by this much, ms, whenever half of a lease is left, until the handler
+   * settles. Default: the lease the adapter gave (its `lease_expires_at` less the time of
+   * receipt), at least 1000 and at most 900000 (the default AGW_MAX_LEASE_MS). `false`: never
+   * extend (a handler longer than the lease sees its message come again).
+   */
+  readonly extendLeaseMs?: number | false;
+  /**
+   * Called when a lease extension failed (it never stops the loop: one worth retrying is tried
+   * again, one no longer leased is given up, and at worst the message comes again). Default none.
+   */
+  readonly onLeaseError?: (err: unknown, deliveryIds: number[]) => void;
+}
+
+export interface NackOptions {
+  /**
+   * true: a failed attempt, the message comes again after a backoff. false: the agent can never
+   * handle it; it is dead-lettered at once (reason `rejected`). Default true.
+   */
+  readonly retry?: boolean;
+  /** Why, for people (at most 1000 characters); the dead letter's note when `retry` is false. */
+  readonly reason?: string;
+}
+
+export interface AckResult {
+  acked: number[];
+  dead_lettered: number[];
+  unknown: number[];
+}
+
+export interface NackResult {
+  nacked: number[];
+  ignored: number[];
+  unknown: number[];
+}
+
+/** One recipient's delivery of a message, as GET /v1/messages/{message_id} tells it. */
+export interface RecipientStatus {
+  agent: string;
+  state: 'pending' | 'leased' | 'acked' | 'dead_letter';
+  attempts: number;
+  reason: string | null;
+  /** The recipient's text when it rejected the message (nack with retry false). */
+  note?: string;
+}
+
+export interface MessageStatus {
+  message: Message;
+  recipients: RecipientStatus[];
+}
+
+/** GET /v1/me: who the caller is, its channels, and the limits the adapter holds it to. */
+export interface Me {
+  agent: string;
+  channels: { name: string; members: string[] }[];
+  alerts_to: string;
+  limits: { max_message_bytes: number; max_batch: number; max_depth: number };
 }
 
 /** Messages the client remembers having handled, to drop at-least-once repeats. */
 const SEEN_MAX = 10_000;
+/** The longest nack reason the adapter takes. */
+const REASON_MAX = 1000;
 
 export class GatewayClient {
   readonly url: string;
   readonly #headers: Record<string, string>;
   readonly #seen = new Set<string>();
+  readonly #fetch: typeof fetch;
+  readonly #sendAttempts: number;
+  readonly #retryBaseMs: number;
+  readonly #retryMaxMs: number;
 
   constructor(opts: GatewayClientOptions = {}) {
     this.url = (opts.url ?? 'http://127.0.0.1:7070').replace(/\/+$/, '');
+    new URL(this.url); // a bad URL fails here, not as a "network error" retried later
     this.#headers = {
       'content-type': 'application/json',
       ...(opts.token === undefined ? {} : { authorization: `Bearer ${opts.token}` }),
     };
+    this.#fetch = opts.fetch ?? ((input, init) => fetch(input, init));
+    this.#sendAttempts = positiveInt('sendAttempts', opts.sendAttempts ?? 4);
+    this.#retryBaseMs = positiveInt('retryBaseMs', opts.retryBaseMs ?? 250);
+    this.#retryMaxMs = positiveInt('retryMaxMs', opts.retryMaxMs ?? 10_000);
   }
 
+  /**
+   * Sends one message. An answer that may change (429, 503, or none: the connection failed) is
+   * tried again, up to `sendAttempts` in all, after Retry-After or an exponential backoff with
+   * full jitter; every try carries the same idempotency key, so the adapter stores the message
+   * once however many tries reached it. A refusal for good (400, 403, 409, ...) is thrown at once.
+   */
   async send(message: OutgoingMessage): Promise<SendResult> {
-    const body = (await this.#call('POST', '/v1/messages', {
+    const envelope = JSON.stringify({
       ...message,
       idempotency_key: message.idempotency_key ?? uuidv7(),
-    })) as Record<string, unknown>;
+    });
+    let body: Record<string, unknown>;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        body = (await this.#call('POST', '/v1/messages', envelope)) as Record<string, unknown>;
+        break;
+      } catch (err) {
+        const wait = this.#retryWait(err, attempt);
+        if (wait === undefined) throw err;
+        await new Promise((r) => setTimeout(r, wait));
+      }
+    }
     return body.status === 'queued'
       ? (body as SendResult)
       : ({ ...body, status: 'delivered' } as SendResult);
   }
 
+  /** How long to wait before try `attempt` + 1 of a send, or undefined: give up and throw. */
+  #retryWait(err: unknown, attempt: number): number | undefined {
+    if (attempt >= this.#sendAttempts) return undefined;
+    const cap = Math.min(this.#retryMaxMs, this.#retryBaseMs * 2 ** Math.min(attempt - 1, 30));
+    const jitter = cap * Math.random();
+    if (err instanceof GatewayClientError) {
+      if (!err.retryable) return undefined;
+      if (err.retryAfterS === undefined) return jitter;
+      const told = err.retryAfterS * 1000;
+      return told > this.#retryMaxMs ? undefined : Math.max(told, jitter);
+    }
+    // no answer (connection refused or reset, DNS): the request may or may not have arrived,
+    // and the same key makes either safe
+    return jitter;
+  }
+
   /**
    * Hands each delivery to `handler`, one at a time, in the order received: acked once the
-   * handler resolves, nacked (redelivered later) when it throws. A message handled before (an
-   * at-least-once repeat) is acked without calling the handler again.
+   * handler resolves, nacked (redelivered later) when it throws, dead-lettered at once when it
+   * throws a {@link PermanentError}. While a handler runs, the leases of the deliveries the loop
+   * holds are extended (`extendLeaseMs`). A message handled before (an at-least-once repeat) is
+   * acked without calling the handler again.
    */
   async receive(
     handler: (message: Message, delivery: Delivery) => Promise<void>,
@@ -105,6 +260,10 @@ export class GatewayClient {
   ): Promise<void> {
     const wait = opts.waitS ?? 30;
     const max = opts.max ?? 10;
+    const extendMs =
+      opts.extendLeaseMs === false || opts.extendLeaseMs === undefined
+        ? opts.extendLeaseMs
+        : positiveInt('extendLeaseMs', opts.extendLeaseMs);
     while (!opts.signal?.aborted) {
       let deliveries: Delivery[];
       try {
@@ -122,31 +281,98 @@ export class GatewayClient {
         await new Promise((r) => setTimeout(r, after * 1000));
         continue;
       }
-      for (const d of deliveries) {
-        if (this.#seen.has(d.message.message_id)) {
-          await this.#settle('/v1/acks', d);
-          continue;
-        }
-        try {
-          await handler(d.message, d);
-        } catch (err) {
-          opts.onError?.(err, d);
-          await this.#settle('/v1/nacks', d);
-          continue;
-        }
-        this.#seen.add(d.message.message_id);
-        if (this.#seen.size > SEEN_MAX) this.#seen.delete(this.#seen.values().next().value!);
-        await this.#settle('/v1/acks', d);
+      if (deliveries.length === 0) continue;
+      const keeper =
+        extendMs === false
+          ? undefined
+          : new LeaseKeeper(deliveries, Date.now(), {
+              extend: (ids, ms) => this.extendLease(ids, ms),
+              extendMs,
+              onError: (err, ids) => opts.onLeaseError?.(err, ids),
+            });
+      try {
+        for (const d of deliveries) await this.#handle(d, handler, opts, keeper);
+      } finally {
+        keeper?.close();
       }
     }
   }
 
+  async #handle(
+    d: Delivery,
+    handler: (message: Message, delivery: Delivery) => Promise<void>,
+    opts: ReceiveOptions,
+    keeper: LeaseKeeper | undefined,
+  ): Promise<void> {
+    const ids = [d.delivery_id];
+    if (this.#seen.has(d.message.message_id)) {
+      keeper?.release(d.delivery_id);
+      await this.#settle(this.ack(ids));
+      return;
+    }
+    try {
+      await handler(d.message, d);
+    } catch (err) {
+      keeper?.release(d.delivery_id);
+      opts.onError?.(err, d);
+      await this.#settle(
+        isPermanentError(err)
+          ? this.nack(ids, { retry: false, reason: reasonOf(err) })
+          : this.nack(ids),
+      );
+      return;
+    }
+    keeper?.release(d.delivery_id);
+    this.#seen.add(d.message.message_id);
+    if (this.#seen.size > SEEN_MAX) this.#seen.delete(this.#seen.values().next().value!);
+    await this.#settle(this.ack(ids));
+  }
+
   /**
-   * Acks or nacks one delivery. If that fails (the sidecar restarting), the delivery comes again
-   * after its lease, and a handled one is then acked without calling the handler.
+   * Waits for an ack or nack of the loop. If it failed (the sidecar restarting), the delivery
+   * comes again after its lease, and a handled one is then acked without calling the handler.
    */
-  async #settle(path: '/v1/acks' | '/v1/nacks', d: Delivery): Promise<void> {
-    await this.#call('POST', path, { delivery_ids: [d.delivery_id] }).catch(() => {});
+  async #settle(call: Promise<unknown>): Promise<void> {
+    await call.catch(() => {});
+  }
+
+  /** POST /v1/acks: done with these deliveries. */
+  ack(deliveryIds: readonly number[]): Promise<AckResult> {
+    return this.#call('POST', '/v1/acks', { delivery_ids: deliveryIds }) as Promise<AckResult>;
+  }
+
+  /** POST /v1/nacks: failed; they come again, or with `retry: false` are dead-lettered at once. */
+  nack(deliveryIds: readonly number[], opts: NackOptions = {}): Promise<NackResult> {
+    return this.#call('POST', '/v1/nacks', {
+      delivery_ids: deliveryIds,
+      ...(opts.retry === undefined ? {} : { retry: opts.retry }),
+      ...(opts.reason === undefined ? {} : { reason: opts.reason.slice(0, REASON_MAX) }),
+    }) as Promise<NackResult>;
+  }
+
+  /**
+   * POST /v1/leases: still working on these; each lease now ends `extendMs` from now (at most
+   * the adapter's AGW_MAX_LEASE_MS). A GatewayClientError 409 `not_leased` when one is no
+   * longer leased to this agent (then none is extended).
+   */
+  extendLease(deliveryIds: readonly number[], extendMs: number): Promise<{ leases: Lease[] }> {
+    return this.#call('POST', '/v1/leases', {
+      delivery_ids: deliveryIds,
+      extend_ms: extendMs,
+    }) as Promise<{ leases: Lease[] }>;
+  }
+
+  /** GET /v1/messages/{id}: for its sender (and alerts_to), what became of a message. */
+  messageStatus(messageId: string): Promise<MessageStatus> {
+    return this.#call(
+      'GET',
+      `/v1/messages/${encodeURIComponent(messageId)}`,
+    ) as Promise<MessageStatus>;
+  }
+
+  /** GET /v1/me: who this agent is, its channels and its limits. */
+  me(): Promise<Me> {
+    return this.#call('GET', '/v1/me') as Promise<Me>;
   }
 
   heartbeat(): Promise<{ pending: number; critical_pending: number }> {
@@ -169,16 +395,19 @@ export class GatewayClient {
     });
   }
 
+  /** One request; `body` is sent as JSON (a string: already JSON). */
   async #call(
     method: 'GET' | 'POST',
     path: string,
     body?: unknown,
     signal?: AbortSignal,
   ): Promise<unknown> {
-    const res = await fetch(this.url + path, {
+    const res = await this.#fetch(this.url + path, {
       method,
       headers: this.#headers,
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      ...(body === undefined
+        ? {}
+        : { body: typeof body === 'string' ? body : JSON.stringify(body) }),
       ...(signal === undefined ? {} : { signal }),
     });
     const text = await res.text();
@@ -200,4 +429,15 @@ export class GatewayClient {
     }
     return parsed;
   }
+}
+
+/** The nack reason for an error a handler threw: its message, within the adapter's bound. */
+function reasonOf(err: unknown): string {
+  const text = err instanceof Error ? err.message : String(err);
+  return text.slice(0, REASON_MAX);
+}
+
+function positiveInt(name: string, v: number): number {
+  if (!Number.isInteger(v) || v < 1) throw new RangeError(`${name}: must be a positive integer`);
+  return v;
 }
