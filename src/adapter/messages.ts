@@ -67,6 +67,8 @@ export async function postBatch(
   const positions: number[] = [];
   items.forEach((item, i) => {
     try {
+      // checked first: a payload nested past the bound never reaches JSON.stringify below
+      const draft = toDraft(ctx, sender, item, receivedAt);
       const size = Buffer.byteLength(JSON.stringify(item));
       if (size > ctx.maxMessageBytes) {
         throw new GatewayError(
@@ -74,7 +76,7 @@ export async function postBatch(
           `message ${i} is ${size} bytes; the limit is ${ctx.maxMessageBytes}`,
         );
       }
-      drafts.push(toDraft(ctx, sender, item, receivedAt));
+      drafts.push(draft);
       positions.push(i);
     } catch (err) {
       if (!isGatewayError(err)) throw err;

@@ -40,38 +40,48 @@ export const ADAPTER_SETTINGS = {
   logLevel: { env: 'AGW_LOG_LEVEL', default: 'info' },
 } as const satisfies Record<string, SettingSpec>;
 
-export const AdapterSettingsSchema = z.strictObject({
-  listen: listenSetting,
-  topology: z
-    .string({ error: 'is required: the path of the topology file' })
-    .min(1, 'must not be empty'),
-  db: z.string().min(1, 'must not be empty'),
-  sync: z.enum(['full', 'normal'], { error: 'must be full or normal' }),
-  maxMessageBytes: intSetting(1024, 16 * 1024 * 1024),
-  queueCapacity: intSetting(1, 1_000_000),
-  leaseMs: intSetting(100, 24 * 3600 * 1000),
-  maxLeaseMs: intSetting(1000, 24 * 3600 * 1000),
-  maxRetries: intSetting(0, 100),
-  retryBaseMs: intSetting(1, 3600 * 1000),
-  retentionDays: intSetting(1, 36500),
-  retentionKeepKinds: z.string().transform((s, ctx) => {
-    const kinds = s
-      .split(',')
-      .map((k) => k.trim())
-      .filter((k) => k !== '');
-    const bad = kinds.find((k) => !/^[a-z][a-z0-9_.-]*(\/[a-z0-9_.-]+)*$/.test(k));
-    if (bad !== undefined) {
-      ctx.addIssue({ code: 'custom', message: `"${bad}" is not a kind` });
-      return z.NEVER;
+export const AdapterSettingsSchema = z
+  .strictObject({
+    listen: listenSetting,
+    topology: z
+      .string({ error: 'is required: the path of the topology file' })
+      .min(1, 'must not be empty'),
+    db: z.string().min(1, 'must not be empty'),
+    sync: z.enum(['full', 'normal'], { error: 'must be full or normal' }),
+    maxMessageBytes: intSetting(1024, 16 * 1024 * 1024),
+    queueCapacity: intSetting(1, 1_000_000),
+    leaseMs: intSetting(100, 24 * 3600 * 1000),
+    maxLeaseMs: intSetting(1000, 24 * 3600 * 1000),
+    maxRetries: intSetting(0, 100),
+    retryBaseMs: intSetting(1, 3600 * 1000),
+    retentionDays: intSetting(1, 36500),
+    retentionKeepKinds: z.string().transform((s, ctx) => {
+      const kinds = s
+        .split(',')
+        .map((k) => k.trim())
+        .filter((k) => k !== '');
+      const bad = kinds.find((k) => !/^[a-z][a-z0-9_.-]*(\/[a-z0-9_.-]+)*$/.test(k));
+      if (bad !== undefined) {
+        ctx.addIssue({ code: 'custom', message: `"${bad}" is not a kind` });
+        return z.NEVER;
+      }
+      return kinds;
+    }),
+    log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
+    journalSocket: z.string().min(1, 'must not be empty'),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+      error: 'must be one of fatal, error, warn, info, debug, trace, silent',
+    }),
+  })
+  .superRefine((s, ctx) => {
+    if (s.maxLeaseMs < s.leaseMs) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['maxLeaseMs'],
+        message: `must be at least AGW_LEASE_MS (${s.leaseMs}): an extension may only lengthen a lease`,
+      });
     }
-    return kinds;
-  }),
-  log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
-  journalSocket: z.string().min(1, 'must not be empty'),
-  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
-    error: 'must be one of fatal, error, warn, info, debug, trace, silent',
-  }),
-});
+  });
 
 export type AdapterSettings = z.output<typeof AdapterSettingsSchema>;
 

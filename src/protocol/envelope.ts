@@ -86,6 +86,8 @@ export interface Assignment {
   channel_sequence_id: number;
   timestamp_iso8601: string;
   idempotency_key: string;
+  /** As resolved: the sender's, or the kind's default. */
+  priority: Priority;
 }
 
 /**

@@ -11,3 +11,10 @@ export function uuidv7(now: number = Date.now()): string {
   // random: xxxxxxxx-xxxx-4xxx-Vxxx-xxxxxxxxxxxx (variant bits already RFC 9562's)
   return `${time.slice(0, 8)}-${time.slice(8, 12)}-7${random.slice(15)}`;
 }
+
+/** The milliseconds a UUIDv7 carries, or undefined for anything that is not one. */
+export function uuidv7Time(id: string): number | undefined {
+  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i.test(id))
+    return undefined;
+  return Number.parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
+}

@@ -25,6 +25,7 @@ interface Row {
   state: DeliveryState;
   attempt: number;
   priority: number;
+  lease_expires_at?: number | null;
 }
 
 /** Expired leases handled per statement in a sweep. */
@@ -222,7 +223,9 @@ export class Deliveries {
     now: number,
   ): OpResults['extend'] {
     const rows = this.#own(agent, ids);
-    const gone = ids.find((id, i) => rows[i]?.state !== DeliveryState.leased);
+    const leased = (r: Row | undefined) =>
+      r?.state === DeliveryState.leased && (r.lease_expires_at ?? 0) > now;
+    const gone = ids.find((_, i) => !leased(rows[i]));
     if (gone !== undefined) {
       throw new GatewayError('not_leased', `delivery ${gone} is not leased to ${agent} any more`, {
         field: 'delivery_ids',

@@ -8,7 +8,7 @@ import { crc32 } from 'node:zlib';
 import type Database from 'better-sqlite3';
 import { ADAPTER_SENDER, type Assignment } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
-import { uuidv7 } from '../protocol/ids.js';
+import { uuidv7, uuidv7Time } from '../protocol/ids.js';
 import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
 import { quickCheck } from './quick-check.js';
 import { MIGRATIONS, SQL } from './sql.js';
@@ -359,7 +359,8 @@ export class SqliteStore implements Store {
   }
 
   messageStatus(messageId: string): MessageStatus | undefined {
-    const m = this.#s.messageById.get(messageId);
+    const at = uuidv7Time(messageId);
+    const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
     if (m === undefined) return undefined;
     const message = this.#verified(m);
     // a replayed dead letter has a newer delivery: each recipient's latest one tells
@@ -459,6 +460,8 @@ function assignment(
     channel_sequence_id: seq,
     timestamp_iso8601: new Date(at).toISOString(),
     idempotency_key: d.idempotencyKey,
+    // the same key with the same fingerprint is the same priority: it is part of the fingerprint
+    priority: d.priority,
   };
 }
 

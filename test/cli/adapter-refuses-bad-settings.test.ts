@@ -37,6 +37,7 @@ describe('bad settings', () => {
     ],
     [{}, ['--lisen', '1.2.3.4:5'], ['--lisen', 'unknown flag', 'did you mean --listen']],
     [{}, ['--db'], ['--db', 'needs a value']],
+    [{ AGW_MAX_LEASE_MS: '5000' }, [], ['AGW_MAX_LEASE_MS', 'at least AGW_LEASE_MS (30000)']],
   ] as const)('%o %o is refused', async (env, args, parts) => {
     expectOneLine(
       await runCli(['adapter', '--topology', topology, '--db', db, ...args], env),
