@@ -74,10 +74,11 @@ export function startProcess(
   });
 }
 
-export function startAdapter(dir, topology, extraArgs = [], env = {}) {
+/** Starts `agent-gateway adapter` (the CLI at `cli`, this checkout's by default) on a free port. */
+export function startAdapter(dir, topology, extraArgs = [], env = {}, cli = CLI) {
   return startProcess(
     [
-      CLI,
+      cli,
       'adapter',
       '--listen',
       '127.0.0.1:0',

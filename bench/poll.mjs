@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { CLI, latencySummary, round, startProcess, tokenOf, uuidv7 } from './lib.mjs';
+import { CLI, latencySummary, round, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -94,22 +94,12 @@ for (const sync of values.sync.split(',')) {
   for (const max of levels) {
     const { dir, topology, cleanup } = topologyDir();
     // a bound far above the queue: nothing is ever evicted
-    const adapter = await startProcess(
-      [
-        cli,
-        'adapter',
-        '--listen',
-        '127.0.0.1:0',
-        '--topology',
-        topology,
-        '--db',
-        join(dir, 'adapter.db'),
-        '--sync',
-        sync,
-        '--queue-capacity',
-        '100000',
-      ],
+    const adapter = await startAdapter(
+      dir,
+      topology,
+      ['--sync', sync, '--queue-capacity', '100000'],
       {},
+      cli,
     );
     const pool = new Pool(adapter.url, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
     try {

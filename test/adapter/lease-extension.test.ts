@@ -1,17 +1,6 @@
-/**
- * POST /v1/leases: an agent still working extends its leases, up to AGW_MAX_LEASE_MS. An
- * extended lease is not handed over again when its first expiry passes; the request is checked
- * whole (another agent's delivery 403, one no longer leased 409) before anything is written.
- *
- * Leases here are really short (1000 ms) and retries fast (10 ms base). A redelivery is waited
- * for with a long poll, which answers as soon as it is committed; the absence of one is shown
- * by a long poll that spans the first expiry several times over while a delivery leased in the
- * same poll, and not extended, does come back.
- */
-import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
-import { call, type Json } from '../helpers/http.js';
+import { call, type Json, pollAs, sendAs } from '../helpers/http.js';
 
 let t: TestAdapter | undefined;
 afterEach(async () => {
@@ -19,19 +8,8 @@ afterEach(async () => {
   t = undefined;
 });
 
-const send = (agent: string, to: string) =>
-  call(t!.url, 'POST', '/v1/messages', {
-    agent,
-    body: { idempotency_key: randomUUID(), to, kind: 'status', payload: {} },
-  }).then((r) => {
-    expect(r.status).toBe(201);
-    return r.body.message_id as string;
-  });
-const poll = (agent: string, { wait = 0, max = 10 } = {}) =>
-  call(t!.url, 'GET', `/v1/inbox?wait=${wait}&max=${max}`, { agent }).then((r) => {
-    expect(r.status).toBe(200);
-    return r.body.deliveries as Json[];
-  });
+const send = (agent: string, to: string) => sendAs(t!.url, agent, to);
+const poll = (agent: string, o: { wait?: number; max?: number } = {}) => pollAs(t!.url, agent, o);
 const extend = (agent: string, body: object) => call(t!.url, 'POST', '/v1/leases', { agent, body });
 const status = (messageId: string) =>
   call(t!.url, 'GET', `/v1/messages/${messageId}`, { agent: 'pm' }).then((r) => {

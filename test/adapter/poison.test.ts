@@ -1,12 +1,6 @@
-/**
- * A poison message: `POST /v1/nacks` with `retry: false` says the agent can never handle it. It
- * is dead-lettered at once (reason `rejected`, the agent's reason kept as the dead letter's
- * `note`), the alerts_to agent is told, and the next message of its channel follows at once.
- */
-import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
-import { call, type Json } from '../helpers/http.js';
+import { call, type Json, pollAs, sendAs } from '../helpers/http.js';
 
 let t: TestAdapter | undefined;
 afterEach(async () => {
@@ -15,18 +9,8 @@ afterEach(async () => {
 });
 
 const send = (agent: string, to: string, kind: string, payload: object) =>
-  call(t!.url, 'POST', '/v1/messages', {
-    agent,
-    body: { idempotency_key: randomUUID(), to, kind, payload },
-  }).then((r) => {
-    expect(r.status).toBe(201);
-    return r.body.message_id as string;
-  });
-const poll = (agent: string, { wait = 0, max = 10 } = {}) =>
-  call(t!.url, 'GET', `/v1/inbox?wait=${wait}&max=${max}`, { agent }).then((r) => {
-    expect(r.status).toBe(200);
-    return r.body.deliveries as Json[];
-  });
+  sendAs(t!.url, agent, to, kind, payload);
+const poll = (agent: string, o: { wait?: number; max?: number } = {}) => pollAs(t!.url, agent, o);
 const nack = (agent: string, body: object) => call(t!.url, 'POST', '/v1/nacks', { agent, body });
 const deadLetters = () =>
   call(t!.url, 'GET', '/v1/dead-letters', { agent: 'orchestrator' }).then((r) => {

@@ -1,6 +1,7 @@
 /**
  * JSON requests for tests, with an agent's token when asked.
  */
+import { randomUUID } from 'node:crypto';
 import { tokenOf } from './topology.js';
 
 /** A JSON answer of any shape: tests index into it freely. */
@@ -27,4 +28,32 @@ export async function call(
     body = JSON.parse(text);
   } catch {}
   return { status: res.status, body, headers: res.headers };
+}
+
+/** POST /v1/messages as `agent`: expects 201, answers the message_id. */
+export async function sendAs(
+  url: string,
+  agent: string,
+  to: string,
+  kind = 'status',
+  payload: object = {},
+): Promise<string> {
+  const r = await call(url, 'POST', '/v1/messages', {
+    agent,
+    body: { idempotency_key: randomUUID(), to, kind, payload },
+  });
+  if (r.status !== 201)
+    throw new Error(`send as ${agent} to ${to}: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body.message_id as string;
+}
+
+/** GET /v1/inbox as `agent`: expects 200, answers the deliveries. */
+export async function pollAs(
+  url: string,
+  agent: string,
+  { wait = 0, max = 10 }: { wait?: number; max?: number } = {},
+): Promise<Json[]> {
+  const r = await call(url, 'GET', `/v1/inbox?wait=${wait}&max=${max}`, { agent });
+  if (r.status !== 200) throw new Error(`poll as ${agent}: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body.deliveries as Json[];
 }
