@@ -4,7 +4,7 @@
  * (service.ts), and serves the route table (routes.ts) over HTTP.
  */
 import { mkdirSync } from 'node:fs';
-import { createServer } from 'node:http';
+import { createServer, type IncomingMessage } from 'node:http';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
@@ -20,6 +20,7 @@ import { StartGate } from './gate.js';
 import { InboxRepair } from './inbox-repair.js';
 import { sidecarMetrics } from './metrics.js';
 import { Outbox } from './outbox.js';
+import { checkLocalRequest } from './request-checks.js';
 import { sidecarRoutes, type Who } from './routes.js';
 import { SidecarService } from './service.js';
 import type { SidecarSettings } from './settings.js';
@@ -111,7 +112,8 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   );
 
   let closing = false;
-  const guard = (who: Who): undefined => {
+  const guard = (who: Who, req: IncomingMessage): undefined => {
+    checkLocalRequest(req, settings.listen.host);
     if (who === 'agent' && closing)
       throw new GatewayError('shutting_down', 'the sidecar is stopping; retry shortly');
   };

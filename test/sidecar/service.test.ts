@@ -4,6 +4,7 @@
  * is acked there, with no HTTP between the caller and either service; with the adapter gone, a
  * send answers queued, as POST /v1/messages does.
  */
+import { request } from 'node:http';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, expect, it } from 'vitest';
@@ -12,6 +13,7 @@ import { JournalWriter } from '../../src/journald/writer.js';
 import { type Sidecar, startSidecar } from '../../src/sidecar/server.js';
 import { SidecarSettingsSchema } from '../../src/sidecar/settings.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { call, type Json } from '../helpers/http.js';
 import { tempDir, tokenOf } from '../helpers/topology.js';
 
 const stops: (() => Promise<void> | void)[] = [];
@@ -134,4 +136,67 @@ it("passes the agent's lease extensions, rejections, status questions and whoami
     'product',
   ]);
   expect(me.limits).toMatchObject({ max_batch: 100, max_depth: 64 });
+});
+
+/** A raw request to the sidecar, with the headers a browser or a rebound name would send. */
+function raw(
+  url: string,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body = '',
+) {
+  return new Promise<{ status: number; body: Json }>((resolve, reject) => {
+    const req = request(url + path, { method, headers }, (res) => {
+      let text = '';
+      res.on('data', (d: Buffer) => {
+        text += d;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+it('takes only what a local agent runtime sends: loopback Host, no Origin, JSON posts', async () => {
+  const adapter = await startTestAdapter();
+  stops.push(adapter.stop);
+  const pm = await sidecarFor('pm', adapter);
+  const port = new URL(pm.url).port;
+  const json = { 'content-type': 'application/json' };
+  const send = JSON.stringify({ to: '@qa', kind: 'status', payload: {} });
+  // the agent runtime's own requests pass, whichever loopback name it uses
+  for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, 'LOCALHOST']) {
+    const ok = await raw(pm.url, 'POST', '/v1/messages', { ...json, host }, send);
+    expect(ok.status, host).toBe(201);
+  }
+  // a rebound name, a browser's Origin, a form post: refused, and nothing was sent for them
+  const rebound = await raw(pm.url, 'GET', '/v1/inbox', { host: `evil.example:${port}` });
+  expect([rebound.status, rebound.body.error]).toEqual([403, 'bad_host']);
+  const browser = await raw(
+    pm.url,
+    'POST',
+    '/v1/messages',
+    {
+      ...json,
+      origin: 'http://evil.example',
+    },
+    send,
+  );
+  expect([browser.status, browser.body.error]).toEqual([403, 'cross_origin']);
+  for (const type of ['text/plain', 'application/x-www-form-urlencoded', '']) {
+    const form = await raw(
+      pm.url,
+      'POST',
+      '/v1/messages',
+      type === '' ? {} : { 'content-type': type },
+      send,
+    );
+    expect([form.status, form.body.error], type).toEqual([415, 'not_json']);
+  }
+  const emergency = await raw(pm.url, 'POST', '/v1/emergency', { origin: 'null', ...json }, '{}');
+  expect(emergency.body.error).toBe('cross_origin');
+  const qa = await call(adapter.url, 'POST', '/v1/heartbeat', { agent: 'qa' });
+  expect(qa.body.pending).toBe(4); // the four good sends, none of the refused ones
 });
