@@ -29,11 +29,16 @@ export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv
     namespace: env.POD_NAMESPACE,
   });
   let sidecar: Awaited<ReturnType<typeof startSidecar>>;
+  let fatal: ((line: string) => void) | undefined;
+  const fatalLine = new Promise<string>((resolve) => {
+    fatal = resolve;
+  });
   try {
     sidecar = await startSidecar({
       settings,
       logger,
       emergencies,
+      onFatal: (line) => fatal?.(line),
       breaker: { baseMs: settings.breakerBaseMs, maxMs: settings.breakerMaxMs },
     });
   } catch (err) {
@@ -66,6 +71,14 @@ export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv
     };
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
+    // a start check failed (the token is not this agent's): one line, exit 2, as a bad setting
+    fatalLine.then((line) => {
+      process.stderr.write(`agent-gateway sidecar: ${line}\n`);
+      sidecar.close().then(
+        () => resolve(2),
+        () => resolve(2),
+      );
+    });
   });
   await journal.flush();
   journal.close();

@@ -1,7 +1,8 @@
 /**
  * The start gate: the sidecar polls the adapter's /health with the one backoff until it answers
- * 200 once; then /readyz turns 200 and stays so (the outbox covers later outages). If the gate
- * is still shut after startupAlarmS, a CRIT adapter_unreachable entry says so.
+ * 200 once and the start check passes (the token is the agent's); then /readyz turns 200 and
+ * stays so (the outbox covers later outages). If the gate is still shut after startupAlarmS, a
+ * CRIT adapter_unreachable entry says so.
  */
 import type { AdapterClient } from './adapter-client.js';
 import { type BackoffOptions, backoff } from './backoff.js';
@@ -12,6 +13,11 @@ export interface StartGateOptions {
   readonly startupAlarmS: number;
   /** The gate is still shut after startupAlarmS. */
   readonly onAlarm: () => void;
+  /**
+   * Asked once /health has answered 200, before the gate opens: true opens it, false tries
+   * again after the backoff (the adapter went away meanwhile). It may also end the sidecar.
+   */
+  readonly check?: () => Promise<boolean>;
   /** The adapter answered /health 200 for the first time. */
   readonly onOpen: () => void;
 }
@@ -25,6 +31,7 @@ export class StartGate {
   #timer: NodeJS.Timeout | undefined;
   #alarm: NodeJS.Timeout | undefined;
   #step = 0;
+  #stopped = false;
 
   constructor(opts: StartGateOptions) {
     this.#o = opts;
@@ -46,19 +53,21 @@ export class StartGate {
   }
 
   stop(): void {
+    this.#stopped = true;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     if (this.#alarm !== undefined) clearTimeout(this.#alarm);
   }
 
   async #probe(): Promise<void> {
     this.#timer = undefined;
-    if (await this.#o.client.health()) {
+    if ((await this.#o.client.health()) && (await (this.#o.check?.() ?? true))) {
       this.#open = true;
       if (this.#alarm !== undefined) clearTimeout(this.#alarm);
       this.#o.onOpen();
       this.#resolve();
       return;
     }
+    if (this.#stopped) return;
     const wait = Math.max(50, backoff(this.#step++, this.#o.backoff));
     this.#timer = setTimeout(() => void this.#probe(), wait);
   }

@@ -29,6 +29,11 @@ export interface SidecarOptions {
   readonly settings: SidecarSettings;
   readonly logger: Logger;
   readonly emergencies: Emergencies;
+  /**
+   * The sidecar cannot go on (its token is another agent's): called once with the line to
+   * print; the caller stops the sidecar and exits. Default: throw from the gate (tests).
+   */
+  readonly onFatal?: (line: string) => void;
   /** Breaker and drain timing; defaults are the production ones. */
   readonly breaker?: { baseMs?: number; maxMs?: number; volumeThreshold?: number };
 }
@@ -91,6 +96,22 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
         reason: 'adapter_unreachable',
         message: `the adapter at ${settings.adapterUrl} has not answered /health for ${settings.startupAlarmS} s since start`,
       }),
+    check: async () => {
+      // The adapter says who this token is: a token of another agent would send as that agent,
+      // and one of no agent would move every queued message to the local dead letters.
+      const res = await client.request('GET', '/v1/me').catch(() => undefined);
+      if (res === undefined || res.retryable) return false;
+      const me = res.status === 200 ? (JSON.parse(res.body) as { agent?: string }) : {};
+      if (me.agent === settings.agentId) return true;
+      const line =
+        res.status === 401
+          ? `AGW_AGENT_TOKEN: the adapter at ${settings.adapterUrl} knows no agent with this token`
+          : `AGW_AGENT_TOKEN: the adapter says this token is ${me.agent ?? `not usable (${res.status})`}'s, not AGW_AGENT_ID ${settings.agentId}'s`;
+      logger.fatal({ adapter: settings.adapterUrl, agent: settings.agentId }, line);
+      gate.stop();
+      (opts.onFatal ?? ((l: string) => logger.error(l)))(line);
+      return false;
+    },
     onOpen: () => {
       breaker.close();
       forwarder.kick();
@@ -127,7 +148,6 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   });
   const url = await listen(server, settings.listen);
   gate.start();
-  forwarder.kick();
 
   return {
     url,
