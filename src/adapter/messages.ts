@@ -5,10 +5,10 @@
  */
 import { type Assignment, parseEnvelope } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
+import { fingerprint } from '../protocol/fingerprint.js';
 import { parseJson } from '../protocol/http.js';
 import { MAX_BATCH } from '../protocol/limits.js';
 import type { MessageDraft, Store } from '../store/store.js';
-import { fingerprint } from './fingerprint.js';
 import type { GroupCommit } from './group-commit.js';
 import { assertReader, route } from './routing.js';
 import type { Topology } from './topology.js';

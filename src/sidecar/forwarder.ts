@@ -119,7 +119,16 @@ export class Forwarder {
 
   #queue(key: string, body: string): SendAnswer {
     const { outbox, emergencies } = this.#o;
-    if (!outbox.enqueue(key, body)) {
+    const taken = outbox.enqueue(key, body);
+    if (taken === 'conflict') {
+      const err = new GatewayError(
+        'idempotency_conflict',
+        `idempotency_key ${key} is already queued here for a different message`,
+        { field: 'idempotency_key' },
+      );
+      return { status: err.status, body: err.toJSON() };
+    }
+    if (taken === 'full') {
       this.refusedFull++;
       emergencies.raise({
         reason: 'outbox_full',

@@ -4,6 +4,8 @@
  * the agent hears 202, and leaves it only after the adapter's 201 or 200, or, refused for good,
  * into the local dead letters.
  */
+import { parseEnvelope } from '../protocol/envelope.js';
+import { fingerprint } from '../protocol/fingerprint.js';
 import type { Queued, Refused, SidecarFile } from '../store/sidecar-file.js';
 
 export type { Queued, Refused } from '../store/sidecar-file.js';
@@ -27,11 +29,16 @@ export class Outbox {
     return this.#depth >= this.capacity;
   }
 
-  /** Queues a message unless full; a key already queued is not added twice. */
-  enqueue(key: string, body: string, now = Date.now()): boolean {
-    if (this.full) return false;
+  /**
+   * Queues a message unless full. A key already queued is not added twice: the same message
+   * again is `queued` (as the first was), another message under that key is a `conflict`.
+   */
+  enqueue(key: string, body: string, now = Date.now()): 'queued' | 'full' | 'conflict' {
+    const prior = this.#file.queuedBody(key);
+    if (prior !== undefined) return sameMessage(prior, body) ? 'queued' : 'conflict';
+    if (this.full) return 'full';
     if (this.#file.enqueue(key, body, now)) this.#depth++;
-    return true;
+    return 'queued';
   }
 
   peek(limit: number): Queued[] {
@@ -47,4 +54,22 @@ export class Outbox {
   get deadLetters(): number {
     return this.#file.deadLetterCount();
   }
+
+  /** The local dead letters with id > `after`, oldest first, at most `limit`. */
+  deadLetterPage(after: number, limit: number) {
+    return this.#file.deadLetterPage(after, limit).map((d) => ({
+      id: d.id,
+      idempotency_key: d.idempotency_key,
+      status: d.status,
+      answer: JSON.parse(d.answer) as unknown,
+      dead_lettered_at: new Date(d.created_at).toISOString(),
+      message: JSON.parse(d.body) as unknown,
+    }));
+  }
+}
+
+/** The same message: what the sender chose (to, kind, priority, reply_to, payload) is equal. */
+function sameMessage(a: string, b: string): boolean {
+  const of = (body: string) => fingerprint(parseEnvelope(JSON.parse(body)));
+  return of(a).equals(of(b));
 }

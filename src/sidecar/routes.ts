@@ -124,6 +124,16 @@ export function sidecarRoutes(
     }),
     route({ method: 'GET', path: '/v1/me', who: 'agent', handler: () => service.me() }),
     route({
+      method: 'GET',
+      path: '/v1/outbox/dead-letters',
+      who: 'local',
+      handler: ({ query }) =>
+        service.outboxDeadLetters(
+          intParam(query, 'after', 0, 0, Number.MAX_SAFE_INTEGER),
+          intParam(query, 'limit', PAGE_DEFAULT_LIMIT, 1, PAGE_MAX_LIMIT),
+        ),
+    }),
+    route({
       method: 'POST',
       path: '/v1/heartbeat',
       who: 'agent',

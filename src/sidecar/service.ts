@@ -142,6 +142,11 @@ export class SidecarService {
     return { status: 202, body: { status: written ? 'written' : 'rate_limited' } };
   }
 
+  /** Queued messages the adapter refused for good, each with its answer: nothing is lost unseen. */
+  outboxDeadLetters(after: number, limit: number): Answer {
+    return { body: { dead_letters: this.#o.outbox.deadLetterPage(after, limit) } };
+  }
+
   status(): object {
     const { client, outbox, breaker, gate } = this.#o;
     return {

@@ -18,6 +18,16 @@ export interface Queued {
   readonly body: string;
 }
 
+/** A row of the local dead letters. */
+export interface LocalDeadLetter {
+  readonly id: number;
+  readonly idempotency_key: string;
+  readonly body: string;
+  readonly status: number;
+  readonly answer: string;
+  readonly created_at: number;
+}
+
 /** A queued message the adapter refused for good, with its answer. */
 export interface Refused {
   readonly q: Queued;
@@ -80,6 +90,8 @@ export class SidecarFile {
       remove: p(SIDECAR_SQL.remove),
       deadLetter: p(SIDECAR_SQL.deadLetter),
       deadLetters: p<number>(SIDECAR_SQL.deadLetterCount).pluck(),
+      deadLetterPage: p<LocalDeadLetter>(SIDECAR_SQL.deadLetterPage),
+      queuedBody: p<string>(SIDECAR_SQL.queuedBody).pluck(),
       getState: p<string>(SIDECAR_SQL.getState).pluck(),
       setState: p(SIDECAR_SQL.setState),
       handed: p<number>(SIDECAR_SQL.handedSeq).pluck(),
@@ -128,6 +140,15 @@ export class SidecarFile {
         this.#s.remove.run(r.q.seq);
       }
     })();
+  }
+
+  /** The body queued under `key`, if one is. */
+  queuedBody(key: string): string | undefined {
+    return this.#s.queuedBody.get(key);
+  }
+
+  deadLetterPage(after: number, limit: number): LocalDeadLetter[] {
+    return this.#s.deadLetterPage.all(after, limit);
   }
 
   deadLetterCount(): number {

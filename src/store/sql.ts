@@ -299,6 +299,10 @@ export const SIDECAR_SQL = {
     INSERT INTO local_dead_letters (idempotency_key, body, status, answer, created_at)
     VALUES (?, ?, ?, ?, ?)`,
   deadLetterCount: 'SELECT count(*) FROM local_dead_letters',
+  deadLetterPage: `
+    SELECT id, idempotency_key, body, status, answer, created_at FROM local_dead_letters
+    WHERE id > ? ORDER BY id LIMIT ?`,
+  queuedBody: 'SELECT body FROM outbox WHERE idempotency_key = ?',
   getState: 'SELECT value FROM state WHERE key = ?',
   handedSeq: 'SELECT last_seq FROM handed WHERE channel = ?',
   setHanded: `

@@ -274,6 +274,18 @@ time.sleep(60)`,
     adapter = await adapterOn(db, port, writeTopology(join(dir, 'changed'), changed));
     await drained(sidecar.url);
     expect((await call(sidecar.url, 'GET', '/v1/status')).body.outbox.dead_letters).toBe(1);
+    // readable by the agent, with the adapter's answer: nothing queued is lost unseen
+    const local = (await call(sidecar.url, 'GET', '/v1/outbox/dead-letters')).body.dead_letters;
+    expect(local).toEqual([
+      {
+        id: 1,
+        idempotency_key: refusedKey,
+        status: 403,
+        answer: expect.objectContaining({ status: 403, error: 'not_member' }),
+        dead_lettered_at: expect.any(String),
+        message: expect.objectContaining({ to: 'product', payload: { n: 1 } }),
+      },
+    ]);
     expect(await (await fetch(`${sidecar.url}/metrics`)).text()).toMatch(
       /agw_sidecar_local_dead_letters 1\n/,
     );

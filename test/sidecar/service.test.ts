@@ -102,6 +102,15 @@ it('with the adapter gone, a send is queued and the status says so', async () =>
   expect(answer.status).toBe(202);
   expect(answer.body).toMatchObject({ status: 'queued', outbox_depth: 1 });
   expect(pm.service.status()).toMatchObject({ outbox: { depth: 1 }, ready: true });
+  // while queued, the same key is the same message again, or a 409 for another one
+  const key = '0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11';
+  const first = { idempotency_key: key, to: '@qa', kind: 'status', payload: { n: 2, m: 3 } };
+  expect((await pm.service.send(first)).status).toBe(202);
+  const again = await pm.service.send({ ...first, payload: { m: 3, n: 2 } }); // keys reordered
+  expect([again.status, again.body]).toEqual([202, expect.objectContaining({ outbox_depth: 2 })]);
+  const other = await pm.service.send({ ...first, payload: { n: 99 } });
+  expect([other.status, (other.body as Json).error]).toEqual([409, 'idempotency_conflict']);
+  expect(pm.service.status()).toMatchObject({ outbox: { depth: 2 } });
 });
 
 it("passes the agent's lease extensions, rejections, status questions and whoami to the adapter", async () => {

@@ -5,7 +5,7 @@
  * same message in another key order is still recognised as repeating itself.
  */
 import { createHash } from 'node:crypto';
-import type { Envelope } from '../protocol/envelope.js';
+import type { Envelope } from './envelope.js';
 
 export function fingerprint(e: Envelope): Buffer {
   return createHash('sha256')
