@@ -264,6 +264,7 @@ export class GatewayClient {
       opts.extendLeaseMs === false || opts.extendLeaseMs === undefined
         ? opts.extendLeaseMs
         : positiveInt('extendLeaseMs', opts.extendLeaseMs);
+    let failures = 0;
     while (!opts.signal?.aborted) {
       let deliveries: Delivery[];
       try {
@@ -277,10 +278,14 @@ export class GatewayClient {
         });
       } catch (err) {
         if (opts.signal?.aborted) return;
-        const after = err instanceof GatewayClientError ? (err.retryAfterS ?? 1) : 1;
-        await new Promise((r) => setTimeout(r, after * 1000));
+        // full jitter over a doubling cap, never sooner than Retry-After: agents that lost their
+        // sidecar or adapter together do not all come back in the same second
+        const told = err instanceof GatewayClientError ? (err.retryAfterS ?? 0) * 1000 : 0;
+        const cap = Math.min(this.#retryMaxMs, this.#retryBaseMs * 2 ** Math.min(failures++, 30));
+        await new Promise((r) => setTimeout(r, Math.max(told, cap * Math.random())));
         continue;
       }
+      failures = 0;
       if (deliveries.length === 0) continue;
       const keeper =
         extendMs === false

@@ -17,6 +17,14 @@ export interface AdapterResponse {
   readonly retryable: boolean;
 }
 
+/** The adapter answered, but retryably (the catalogue's rule): a failure for the breaker. */
+export class RetryableAnswer extends Error {
+  override name = 'RetryableAnswer';
+  constructor(readonly response: AdapterResponse) {
+    super(`the adapter answered ${response.status}`);
+  }
+}
+
 /** A call that did not get an answer (connection refused, reset, timeout). */
 export class AdapterUnreachable extends Error {
   override name = 'AdapterUnreachable';
@@ -45,16 +53,21 @@ export class AdapterClient {
   /** The last call that failed or was answered retryably, in a sentence. */
   lastError: string | null = null;
   readonly #pool: Pool;
+  /** Long polls wait up to 30 s each: on a pool of their own they never starve sends. */
+  readonly #polls: Pool;
   readonly #auth: string;
   readonly #timeoutMs: number;
 
   constructor(opts: AdapterClientOptions) {
     this.url = opts.url.replace(/\/+$/, '');
-    this.#pool = new Pool(this.url, {
-      connections: opts.connections ?? 16,
-      keepAliveTimeout: 30_000,
-      connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
-    });
+    const pool = () =>
+      new Pool(this.url, {
+        connections: opts.connections ?? 16,
+        keepAliveTimeout: 30_000,
+        connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
+      });
+    this.#pool = pool();
+    this.#polls = pool();
     this.#auth = `Bearer ${opts.token}`;
     this.#timeoutMs = opts.timeoutMs ?? 10_000;
   }
@@ -67,7 +80,8 @@ export class AdapterClient {
     timeoutMs = this.#timeoutMs,
   ): Promise<AdapterResponse> {
     try {
-      const res = await this.#pool.request({
+      const pool = path.startsWith('/v1/inbox') ? this.#polls : this.#pool;
+      const res = await pool.request({
         method,
         path,
         headers: {
@@ -113,8 +127,8 @@ export class AdapterClient {
     }
   }
 
-  close(): Promise<void> {
-    return this.#pool.close();
+  async close(): Promise<void> {
+    await Promise.all([this.#pool.close(), this.#polls.close()]);
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * The circuit breaker around every adapter call: opossum, with a reset timeout that grows
+ * The circuit breaker around every adapter call (sends, the drain, polls, acks, replays): opossum, with a reset timeout that grows
  * exponentially with full jitter while half-open probes fail (base × 2^n, capped, times a
  * uniform 0..1), back to the base on close. opossum 9 has no reset backoff of its own: we own
  * the options object it reads, and change its resetTimeout from a listener that runs before
@@ -9,7 +9,11 @@
  * memory), so a restarted sidecar resumes an open breaker instead of hammering a down adapter.
  */
 import CircuitBreaker from 'opossum';
+import { type AdapterClient, RetryableAnswer } from './adapter-client.js';
 import { backoff } from './backoff.js';
+
+/** What a caller needs of the adapter connection: one call. */
+export type Upstream = Pick<AdapterClient, 'request'>;
 
 export type BreakerStateName = 'closed' | 'open' | 'half_open';
 
@@ -32,8 +36,12 @@ export interface BreakerOptions {
   readonly volumeThreshold?: number;
   /** Failed share of calls that opens it. Default 50. */
   readonly errorThresholdPercentage?: number;
-  /** Deadline of one call, ms. Default 10,000. */
-  readonly timeoutMs?: number;
+  /**
+   * Deadline of one call, ms, or false for none. Default false: every call through it carries
+   * its own deadline (the adapter connection's: 10 s, a long poll's wait + 10 s), which a single
+   * breaker-wide timeout would cut short.
+   */
+  readonly timeoutMs?: number | false;
   readonly random?: () => number;
   readonly load?: () => StoredBreaker | undefined;
   readonly save?: (s: StoredBreaker) => void;
@@ -62,7 +70,9 @@ export class AdapterBreaker {
     this.#openedAt = stored?.openedAt ?? null;
     // Ours, not a caller's: opossum writes its defaults into it.
     this.#options = <CircuitBreaker.Options>{
-      timeout: opts.timeoutMs ?? 10_000,
+      timeout: opts.timeoutMs ?? false,
+      // a 429 says "slower", not "down": it never counts against the circuit
+      errorFilter: (err: unknown) => err instanceof RetryableAnswer && err.response.status === 429,
       resetTimeout: stored?.state === 'open' ? stored.resetMs : this.#baseMs,
       volumeThreshold: opts.volumeThreshold ?? 5,
       errorThresholdPercentage: opts.errorThresholdPercentage ?? 50,
@@ -113,6 +123,24 @@ export class AdapterBreaker {
       step: this.#step,
       openedAt: this.#openedAt,
       resetMs: Number(this.#options.resetTimeout),
+    };
+  }
+
+  /**
+   * The connection with every call through this breaker: a retryable answer counts against
+   * the circuit and is still answered; no answer, or an open circuit, rejects.
+   */
+  guard(client: Upstream): Upstream {
+    return {
+      request: (method, path, body, timeoutMs) =>
+        this.fire(async () => {
+          const r = await client.request(method, path, body, timeoutMs);
+          if (r.retryable) throw new RetryableAnswer(r);
+          return r;
+        }).catch((err: unknown) => {
+          if (err instanceof RetryableAnswer) return err.response;
+          throw err;
+        }),
     };
   }
 

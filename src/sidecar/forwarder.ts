@@ -11,18 +11,10 @@ import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
 import { GatewayError, isRetryableAnswer } from '../protocol/errors.js';
 import { MAX_BATCH } from '../protocol/limits.js';
-import type { AdapterClient, AdapterResponse } from './adapter-client.js';
+import { type AdapterClient, type AdapterResponse, RetryableAnswer } from './adapter-client.js';
 import { type BackoffOptions, backoff } from './backoff.js';
 import type { AdapterBreaker } from './circuit-breaker.js';
 import type { Outbox, Queued } from './outbox.js';
-
-/** The adapter answered, but retryably (the catalogue's rule): a failure for the breaker. */
-export class RetryableAnswer extends Error {
-  override name = 'RetryableAnswer';
-  constructor(readonly response: AdapterResponse) {
-    super(`the adapter answered ${response.status}`);
-  }
-}
 
 export type SendAnswer = { status: number; body: string | object; retryAfterS?: number };
 

@@ -24,7 +24,8 @@
 import type { Answer } from '../protocol/router.js';
 import type { Delivery, Message } from '../protocol/wire.js';
 import type { Copy, Held, NewCopy, SidecarFile } from '../store/sidecar-file.js';
-import type { AdapterClient, AdapterResponse } from './adapter-client.js';
+import type { AdapterResponse } from './adapter-client.js';
+import type { Upstream } from './circuit-breaker.js';
 
 /** How long the sidecar remembers an ack: far past any lease and retry backoff. */
 const ACKED_MEMORY_MS = 7 * 24 * 3600 * 1000;
@@ -39,14 +40,14 @@ interface Page {
   readonly delivery_states?: Record<string, string>;
 }
 
-type Upstream = (waitS: number, max: number) => Promise<Answer>;
+type Poll = (waitS: number, max: number) => Promise<Answer>;
 
 /** One thing the agent may be handed next in a channel, in sequence order. */
 type Item = { seq: number; copy: Copy } | { seq: number; held: Held };
 
 export class InboxRepair {
   readonly #agent: string;
-  readonly #client: AdapterClient;
+  readonly #client: Upstream;
   readonly #file: SidecarFile;
   /** Upstream delivery id → message id, for the deliveries handed over since start. */
   readonly #handedIds = new Map<number, string>();
@@ -54,7 +55,7 @@ export class InboxRepair {
   #leaseMs = 30_000;
   #acks = 0;
 
-  constructor(file: SidecarFile, agent: string, client: AdapterClient) {
+  constructor(file: SidecarFile, agent: string, client: Upstream) {
     this.#file = file;
     this.#agent = agent;
     this.#client = client;
@@ -64,7 +65,7 @@ export class InboxRepair {
    * The agent's poll: what the sidecar already holds first (copies due, held deliveries), then
    * the adapter's inbox for the rest of `max`, gaps scanned and filled in order.
    */
-  async inbox(waitS: number, max: number, upstream: Upstream): Promise<Answer> {
+  async inbox(waitS: number, max: number, upstream: Poll): Promise<Answer> {
     await this.#scan(max);
     const out = this.#takeReady(max);
     if (out.length < max) {

@@ -77,7 +77,9 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       }
     },
   });
-  const repair = new InboxRepair(file, settings.agentId, client);
+  // every call the agent makes goes through the one breaker (the drain's too, in the forwarder)
+  const upstream = breaker.guard(client);
+  const repair = new InboxRepair(file, settings.agentId, upstream);
   const forwarder = new Forwarder({
     client,
     breaker,
@@ -120,6 +122,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const service = new SidecarService({
     agentId: settings.agentId,
     client,
+    upstream,
     forwarder,
     repair,
     outbox,

@@ -15,8 +15,8 @@ import { GatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
 import { MAX_WAIT_S } from '../protocol/limits.js';
 import type { Answer } from '../protocol/router.js';
-import type { AdapterClient } from './adapter-client.js';
-import type { AdapterBreaker } from './circuit-breaker.js';
+import type { AdapterClient, AdapterResponse } from './adapter-client.js';
+import type { AdapterBreaker, Upstream } from './circuit-breaker.js';
 import type { Forwarder } from './forwarder.js';
 import type { StartGate } from './gate.js';
 import { type InboxRepair, splitLocal } from './inbox-repair.js';
@@ -34,6 +34,8 @@ const CALL_DEADLINE_MS = 10_000;
 export interface SidecarServiceOptions {
   readonly agentId: string;
   readonly client: AdapterClient;
+  /** The adapter connection through the breaker: every call of the agent's goes this way. */
+  readonly upstream: Upstream;
   readonly forwarder: Forwarder;
   readonly repair: InboxRepair;
   readonly outbox: Outbox;
@@ -186,16 +188,20 @@ export class SidecarService {
     return { ...answer, body: merged };
   }
 
-  /** One call to the adapter, its answer passed back as it is; no answer is a 503. */
+  /**
+   * One call to the adapter through the breaker, its answer passed back as it is (a retryable
+   * one too, counted against the circuit); no answer, or an open circuit, is a 503.
+   */
   async #call(method: 'GET' | 'POST', path: string, body?: string, waitS = 0): Promise<Answer> {
     const deadline = Math.min(Math.max(waitS, 0), MAX_WAIT_S) * 1000 + CALL_DEADLINE_MS;
+    let res: AdapterResponse;
     try {
-      const res = await this.#o.client.request(method, path, body, deadline);
-      return { status: res.status, body: res.body, retryAfterS: res.retryAfterS };
+      res = await this.#o.upstream.request(method, path, body, deadline);
     } catch {
       throw new GatewayError('adapter_unreachable', 'the adapter cannot be reached; retry later', {
         retryAfterS: 2,
       });
     }
+    return { status: res.status, body: res.body, retryAfterS: res.retryAfterS };
   }
 }

@@ -209,3 +209,37 @@ it('takes only what a local agent runtime sends: loopback Host, no Origin, JSON 
   const qa = await call(adapter.url, 'POST', '/v1/heartbeat', { agent: 'qa' });
   expect(qa.body.pending).toBe(4); // the four good sends, none of the refused ones
 });
+
+it('sends complete while 20 long polls are parked, and the breaker stays closed', {
+  timeout: 60_000,
+}, async () => {
+  const adapter = await startTestAdapter();
+  stops.push(adapter.stop);
+  const qa = await sidecarFor('qa', adapter);
+  // 20 polls of qa's, each waiting 25 s at the adapter (nothing is coming for qa): more than a
+  // pool of connections holds, and far longer than a send's 10 s deadline
+  const polls = Array.from({ length: 20 }, () => qa.service.inbox(25, 1));
+  await until(async () => {
+    const m = await call(adapter.url, 'GET', '/metrics');
+    return Number(/agw_commit_messages_count (\d+)/.exec(m.body)?.[1] ?? 0) > 0;
+  });
+  const sends = await Promise.all(
+    Array.from({ length: 20 }, (_, n) =>
+      qa.service.send({ to: 'product', kind: 'status', payload: { n } }),
+    ),
+  );
+  // every one delivered, none queued behind the polls for want of a connection
+  expect(sends.map((s) => s.status)).toEqual(Array(20).fill(201));
+  expect(qa.service.status()).toMatchObject({ breaker: { state: 'closed' } });
+  // the adapter stops: the parked polls are answered (empty), the rest find it gone
+  await adapter.stop();
+  await Promise.allSettled(polls);
+});
+
+async function until(check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 10_000; // generous: it only bounds a failing test
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('the condition never held');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
