@@ -10,11 +10,11 @@
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
 import { GatewayError, isRetryableAnswer } from '../protocol/errors.js';
-import { MAX_BATCH } from '../protocol/limits.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, MAX_BATCH } from '../protocol/limits.js';
 import { type AdapterClient, type AdapterResponse, RetryableAnswer } from './adapter-client.js';
 import { type BackoffOptions, backoff } from './backoff.js';
 import type { AdapterBreaker } from './circuit-breaker.js';
-import type { Outbox, Queued } from './outbox.js';
+import type { Outbox, Queued, Refused } from './outbox.js';
 
 export type SendAnswer = { status: number; body: string | object; retryAfterS?: number };
 
@@ -30,7 +30,15 @@ export interface ForwarderOptions {
   readonly onAssigned?: (channel: string, seq: number) => void;
 }
 
+/** Whole-batch failures of the same head before the batch is halved, or a lone entry set aside. */
+const STRIKES = 3;
+
 export class Forwarder {
+  /**
+   * The adapter's largest message, bytes: learned at start (GET /v1/me); what is larger is
+   * refused at once (413), never queued, since the adapter would refuse it for good.
+   */
+  maxMessageBytes = DEFAULT_MAX_MESSAGE_BYTES;
   /** Sends refused because the outbox was full, since start. */
   refusedFull = 0;
   readonly #o: ForwarderOptions;
@@ -38,6 +46,10 @@ export class Forwarder {
   #timer: NodeJS.Timeout | undefined;
   #delayStep = 0;
   #stopped = false;
+  /** Entries per drain batch: halved on a batch's repeated failure, doubled back on success. */
+  #batchSize = MAX_BATCH;
+  /** The head (outbox seq) of the batch that failed last, and how many times in a row. */
+  #struck = { seq: -1, times: 0 };
 
   constructor(opts: ForwarderOptions) {
     this.#o = opts;
@@ -50,6 +62,14 @@ export class Forwarder {
   async send(envelope: Record<string, unknown> & { idempotency_key: string }): Promise<SendAnswer> {
     const key = envelope.idempotency_key;
     const body = JSON.stringify({ ...envelope, sender: undefined });
+    const size = Buffer.byteLength(body);
+    if (size > this.maxMessageBytes) {
+      const err = new GatewayError(
+        'payload_too_large',
+        `the message is ${size} bytes; the adapter takes at most ${this.maxMessageBytes}`,
+      );
+      return { status: err.status, body: err.toJSON() };
+    }
     const { outbox, breaker } = this.#o;
     if (outbox.depth > 0 || breaker.state === 'open') return this.#queue(key, body);
     let res: AdapterResponse;
@@ -142,14 +162,19 @@ export class Forwarder {
   }
 
   /**
-   * Sends the outbox in order, 100 at a time, until it is empty or the adapter fails. Resolves
-   * with undefined when done, else when to try again: 0 for the backoff, n for Retry-After n s.
+   * Sends the outbox in order, in batches of at most 100 entries and of the bytes the adapter's
+   * batch endpoint takes, until it is empty or the adapter fails. A batch the adapter refuses
+   * whole is never retried unchanged forever: a 413 halves it at once, any other whole-batch
+   * refusal (a 400, a 500) of the same head three times in a row halves it, and a lone entry
+   * refused so is set aside in the local dead letters with a CRIT entry: the rest flows on. An
+   * adapter that is away (no answer, 503, 429) only delays the drain. Resolves with undefined
+   * when done, else when to try again: 0 for the backoff, n for Retry-After n s.
    */
   async #drain(): Promise<number | undefined> {
-    const { outbox, client, logger, emergencies } = this.#o;
+    const { outbox, client, logger } = this.#o;
     while (!this.#stopped && outbox.depth > 0) {
       if (this.#o.breaker.state === 'open' && !(await client.health())) return 0;
-      const batch = outbox.peek(MAX_BATCH);
+      const batch = this.#nextBatch();
       let res: AdapterResponse;
       try {
         res = await this.#call(
@@ -158,18 +183,22 @@ export class Forwarder {
           `{"messages":[${batch.map((q) => q.body).join(',')}]}`,
         );
       } catch (err) {
-        return err instanceof RetryableAnswer ? (err.response.retryAfterS ?? 0) : 0;
+        if (!(err instanceof RetryableAnswer)) return 0;
+        const s = err.response.status;
+        if (s === 503 || s === 429) return err.response.retryAfterS ?? 0;
+        res = err.response; // a 500: maybe an entry the adapter cannot take
       }
       if (res.status !== 200) {
-        // the batch as a whole refused: not a retryable answer (those were thrown), so it is a
-        // bug on one side; keep everything and say so
         client.lastError = `drain refused: ${res.status} ${res.body.slice(0, 200)}`;
         logger.error(
-          { status: res.status, body: res.body.slice(0, 500) },
-          'the adapter refused a drain batch',
+          { status: res.status, body: res.body.slice(0, 500), entries: batch.length },
+          'the adapter refused a drain batch whole',
         );
+        if (this.#strike(batch, res)) continue;
         return 0;
       }
+      this.#struck = { seq: -1, times: 0 };
+      this.#batchSize = Math.min(MAX_BATCH, this.#batchSize * 2);
       const { results } = JSON.parse(res.body) as {
         results: {
           status: number;
@@ -179,7 +208,7 @@ export class Forwarder {
         }[];
       };
       const delivered: number[] = [];
-      const refused: { q: Queued; status: number; answer: string }[] = [];
+      const refused: Refused[] = [];
       let stopAt = -1;
       for (let i = 0; i < batch.length; i++) {
         const r = results[i];
@@ -193,22 +222,64 @@ export class Forwarder {
           this.#assigned(r);
         } else refused.push({ q, status: r.status, answer: JSON.stringify(r) });
       }
-      outbox.settle(delivered, refused);
-      for (const r of refused) {
-        logger.error(
-          { key: r.q.idempotency_key, status: r.status },
-          'the adapter refused a queued message for good',
-        );
-        emergencies.raise({
-          reason: 'dead_letter',
-          message: `a queued message was refused by the adapter (${r.status}) and moved to the local dead letters`,
-          fields: { AGW_IDEMPOTENCY_KEY: r.q.idempotency_key, AGW_STATUS: r.status },
-        });
-      }
+      this.#setAside(delivered, refused);
       if (stopAt >= 0) return 0;
       this.#delayStep = 0;
     }
     return undefined;
+  }
+
+  /** The next batch: the outbox's first entries, as many as fit the batch size and bytes. */
+  #nextBatch(): Queued[] {
+    // the adapter reads a batch body of up to maxMessageBytes × MAX_BATCH; the wrapper and
+    // commas take a few bytes of it
+    const budget = this.maxMessageBytes * MAX_BATCH - 64;
+    const batch: Queued[] = [];
+    let bytes = 0;
+    for (const q of this.#o.outbox.peek(this.#batchSize)) {
+      const size = Buffer.byteLength(q.body) + 1;
+      if (batch.length > 0 && bytes + size > budget) break;
+      batch.push(q);
+      bytes += size;
+    }
+    return batch;
+  }
+
+  /**
+   * A whole-batch refusal: halve the batch (at once for a 413, else on the third refusal of the
+   * same head), or set a lone entry aside. True when the drain should go on at once.
+   */
+  #strike(batch: readonly Queued[], res: AdapterResponse): boolean {
+    const head = batch[0]!;
+    this.#struck =
+      this.#struck.seq === head.seq
+        ? { seq: head.seq, times: this.#struck.times + 1 }
+        : { seq: head.seq, times: 1 };
+    if (res.status !== 413 && this.#struck.times < STRIKES) return false;
+    this.#struck = { seq: -1, times: 0 };
+    if (batch.length > 1) {
+      this.#batchSize = Math.ceil(batch.length / 2);
+      return true;
+    }
+    this.#setAside([], [{ q: head, status: res.status, answer: answerJson(res) }]);
+    return true;
+  }
+
+  /** Settles a batch's outcome: delivered ones leave, refused ones go to the local dead letters. */
+  #setAside(delivered: readonly number[], refused: readonly Refused[]): void {
+    const { outbox, logger, emergencies } = this.#o;
+    outbox.settle(delivered, refused);
+    for (const r of refused) {
+      logger.error(
+        { key: r.q.idempotency_key, status: r.status },
+        'the adapter refused a queued message for good',
+      );
+      emergencies.raise({
+        reason: 'dead_letter',
+        message: `a queued message was refused by the adapter (${r.status}) and moved to the local dead letters`,
+        fields: { AGW_IDEMPOTENCY_KEY: r.q.idempotency_key, AGW_STATUS: r.status },
+      });
+    }
   }
 
   /** Tries the drain again after a backoff (exponential, full jitter, capped), or Retry-After. */
@@ -230,4 +301,14 @@ export class Forwarder {
 function delivered(res: AdapterResponse): string {
   if (res.status !== 201 && res.status !== 200) return res.body;
   return `{"status":"delivered",${res.body.slice(1)}`;
+}
+
+/** The adapter's answer as JSON for the local dead letters (a proxy's page is wrapped). */
+function answerJson(res: AdapterResponse): string {
+  try {
+    JSON.parse(res.body);
+    return res.body;
+  } catch {
+    return JSON.stringify({ status: res.status, body: res.body.slice(0, 4096) });
+  }
 }

@@ -103,8 +103,16 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       // and one of no agent would move every queued message to the local dead letters.
       const res = await client.request('GET', '/v1/me').catch(() => undefined);
       if (res === undefined || res.retryable) return false;
-      const me = res.status === 200 ? (JSON.parse(res.body) as { agent?: string }) : {};
-      if (me.agent === settings.agentId) return true;
+      const me =
+        res.status === 200
+          ? (JSON.parse(res.body) as { agent?: string; limits?: { max_message_bytes?: number } })
+          : {};
+      if (me.agent === settings.agentId) {
+        // what the adapter would refuse for good is refused at once, never queued
+        const max = me.limits?.max_message_bytes;
+        if (typeof max === 'number' && max > 0) forwarder.maxMessageBytes = max;
+        return true;
+      }
       const line =
         res.status === 401
           ? `AGW_AGENT_TOKEN: the adapter at ${settings.adapterUrl} knows no agent with this token`
