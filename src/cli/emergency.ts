@@ -3,9 +3,11 @@
  * AGW_JOURNAL_SOCKET as AGW_AGENT_ID, bypassing the adapter. Exit 0 once journald took it; 1 with
  * a clear line if it could not (no socket: the entry went to stderr as <2>, which conmon and
  * journald's stdout stream still read as CRIT, but this command cannot know that anyone did).
+ * A message longer than 4 KiB is cut, with a marker (the caps of src/journald/emergency.ts),
+ * and a line on stderr says so.
  */
 import { z } from 'zod';
-import { Emergencies } from '../journald/emergency.js';
+import { EMERGENCY_DEFAULTS, Emergencies } from '../journald/emergency.js';
 import { JournalWriter } from '../journald/writer.js';
 import { EMERGENCY_SETTINGS, readSettings, SettingsError } from './settings.js';
 
@@ -40,9 +42,14 @@ export async function runEmergency(
     pod: env.POD_NAME,
     namespace: env.POD_NAMESPACE,
   });
-  emergencies.raise({ reason, message }, { explicit: true });
+  const result = emergencies.tryRaise({ reason, message }, { explicit: true });
   await writer.flush();
   writer.close();
+  if (result.written && result.clipped) {
+    process.stderr.write(
+      `agent-gateway emergency: the message was cut to ${EMERGENCY_DEFAULTS.maxMessageBytes} bytes (AGW_TRUNCATED says how long it was)\n`,
+    );
+  }
   if (writer.stats.sent === 1) return 0;
   process.stderr.write(
     `agent-gateway emergency: journald did not take the entry (no socket at ${settings.journalSocket}); it went to stderr only\n`,

@@ -1,6 +1,9 @@
 /**
  * `agent-gateway watch [--namespace NS] [--since T] [--forward URL]`: follows journald for the
  * gateway's CRIT entries and prints one JSON line each; SIGTERM or SIGINT stops it (exit 0).
+ * With --forward, entries wait to be POSTed in a queue of at most 1,000 (the oldest waiting is
+ * dropped past it); drops are reported on stderr, one line per burst, and again at exit, after
+ * forwarding has had up to 10 s to send what waits (a second signal ends it at once).
  */
 import { z } from 'zod';
 import { watch } from '../journald/watch.js';

@@ -35,6 +35,7 @@ export const ERRORS = {
   not_leased: { status: 409, retryable: false },
   payload_too_large: { status: 413, retryable: false },
   not_json: { status: 415, retryable: false },
+  rate_limited: { status: 429, retryable: true },
   overloaded: { status: 503, retryable: true },
   outbox_full: { status: 503, retryable: true },
   adapter_unreachable: { status: 503, retryable: true },

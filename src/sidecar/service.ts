@@ -140,8 +140,15 @@ export class SidecarService {
         field,
       });
     }
-    const written = this.#o.emergencies.raise(parsed.data, { explicit: true });
-    return { status: 202, body: { status: written ? 'written' : 'rate_limited' } };
+    const r = this.#o.emergencies.tryRaise(parsed.data, { explicit: true });
+    if (!r.written) {
+      throw new GatewayError(
+        'rate_limited',
+        "past the sidecar's emergency budget: counted, not written; retry after the Retry-After",
+        { retryAfterS: r.retryAfterS },
+      );
+    }
+    return { status: 202, body: { status: 'written', ...(r.clipped ? { clipped: true } : {}) } };
   }
 
   /** Queued messages the adapter refused for good, each with its answer: nothing is lost unseen. */

@@ -243,3 +243,27 @@ async function until(check: () => Promise<boolean>): Promise<void> {
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+it("keeps the agent's emergencies to one budget whatever the reason: past it 429, counted, not written", async () => {
+  const adapter = await startTestAdapter();
+  stops.push(adapter.stop);
+  const pm = await sidecarFor('pm', adapter);
+  const big = Object.fromEntries(
+    Array.from({ length: 50 }, (_, i) => [`f${i}`, 'x'.repeat(10_000)]),
+  );
+  const answers: { status: number; retryAfterS?: number; code?: string }[] = [];
+  for (let i = 0; i < 200; i++) {
+    try {
+      const a = pm.service.emergency({ reason: `reason_${i}`, message: 'help', fields: big });
+      answers.push({ status: a.status ?? 200 });
+    } catch (err) {
+      const e = err as { status: number; code: string; retryAfterS?: number };
+      answers.push({ status: e.status, code: e.code, retryAfterS: e.retryAfterS });
+    }
+  }
+  expect(answers.filter((a) => a.status === 202)).toHaveLength(20); // the burst
+  const refused = answers.filter((a) => a.status !== 202);
+  expect(refused).toHaveLength(180);
+  expect(refused.every((a) => a.status === 429 && a.code === 'rate_limited')).toBe(true);
+  expect(refused.every((a) => (a.retryAfterS ?? 0) > 0)).toBe(true);
+});
