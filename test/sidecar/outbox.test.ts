@@ -352,6 +352,16 @@ time.sleep(60)`,
       expect(r.status).toBe(202);
     }
     expect((await send(sidecar.url, 100)).status).toBe(202);
+    // one nested 3,500 deep, which a fresh adapter once answered 500 and the drain retried
+    // forever: refused at the sidecar's door now, naming the field, never queued
+    const deep = `{"to":"@qa","kind":"status","payload":{"d":${'['.repeat(3500)}${']'.repeat(3500)}}}`;
+    const refused = await call(sidecar.url, 'POST', '/v1/messages', { raw: deep });
+    expect([refused.status, refused.body.error, refused.body.field]).toEqual([
+      400,
+      'invalid_envelope',
+      'payload',
+    ]);
+    expect((await call(sidecar.url, 'GET', '/v1/status')).body.outbox.depth).toBe(101);
     adapter = await adapterOn(db, port);
     await drained(sidecar.url);
     const got = await drainInbox(adapter.url);
