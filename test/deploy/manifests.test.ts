@@ -1,16 +1,22 @@
 /**
  * The deployment files agree with the code: every manifest parses, every AGW_* variable they
- * set is a setting of the program they run, probes point at endpoints that exist, the native
- * sidecar fields are there, and image names and ports agree across files. The systemd units
- * pass `systemd-analyze verify` where it is available.
+ * set is a setting of the program they run, probes point at endpoints that exist (and reach
+ * them: no probe names a `host`, which the kubelet resolves on the node, and the loopback-only
+ * sidecar is probed by exec of `agent-gateway wait-ready` inside its container), the native
+ * sidecar fields are there, no pod mounts a service account token, the images build on one
+ * pinnable base, and image names and ports agree across files. The systemd units pass
+ * `systemd-analyze verify` where it is available.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { ADAPTER_SETTINGS } from '../../src/adapter/settings.js';
+import { runWaitReady } from '../../src/cli/wait-ready.js';
 import { SIDECAR_SETTINGS } from '../../src/sidecar/settings.js';
 import { CLI } from '../helpers/cli.js';
 import { tempDir } from '../helpers/topology.js';
@@ -44,6 +50,22 @@ const podSpecs = (file: string) =>
   docs(file)
     .map((d) => (d.kind === 'Pod' ? d.spec : d.spec?.template?.spec))
     .filter((s): s is Doc => s !== undefined);
+const PROBES = ['startupProbe', 'readinessProbe', 'livenessProbe'] as const;
+const probesOf = (c: Doc): [string, Doc][] =>
+  PROBES.filter((k) => c[k] !== undefined).map((k) => [k, c[k]]);
+/**
+ * An exec probe of `agent-gateway wait-ready --url URL --timeout S`, as the pieces a check needs
+ * (undefined when the probe is anything else).
+ */
+const waitReady = (probe: Doc) => {
+  const cmd: unknown[] | undefined = probe?.exec?.command;
+  if (cmd?.[0] !== 'agent-gateway' || cmd[1] !== 'wait-ready') return undefined;
+  const args = cmd.slice(2).map(String);
+  const flag = (name: string) => args[args.indexOf(name) + 1];
+  const url = new URL(String(flag('--url')));
+  return { args, url, timeoutS: Number(flag('--timeout')) };
+};
+const POD_FILES = ['adapter.yaml', 'agent-pod.yaml', 'podman/agent-pod.yaml'];
 
 describe('k8s/ and k8s/podman/', () => {
   const files = [
@@ -65,7 +87,7 @@ describe('k8s/ and k8s/podman/', () => {
   });
 
   it('sets only AGW_* variables the program knows, and probes endpoints that exist on the right port', () => {
-    for (const f of ['adapter.yaml', 'agent-pod.yaml', 'podman/agent-pod.yaml']) {
+    for (const f of POD_FILES) {
       for (const pod of podSpecs(f)) {
         for (const c of gatewayContainers(pod)) {
           const p = program(c);
@@ -78,24 +100,125 @@ describe('k8s/ and k8s/podman/', () => {
             }
           }
           const port = listenPort(c);
-          for (const probe of [c.startupProbe, c.readinessProbe, c.livenessProbe].filter(Boolean)) {
+          for (const [kind, probe] of probesOf(c)) {
+            const where = `${f}: ${c.name} ${kind}`;
+            const exec = waitReady(probe);
+            if (exec !== undefined) {
+              // run inside the container: the loopback is the pod's, the port the listen port
+              expect(exec.url.hostname, where).toBe('127.0.0.1');
+              expect(Number(exec.url.port), where).toBe(port);
+              expect(ENDPOINTS[p].has(exec.url.pathname), `${where} probes ${exec.url}`).toBe(true);
+              continue;
+            }
+            expect(probe.httpGet, `${where}: httpGet or exec of wait-ready`).toBeDefined();
             expect(
               ENDPOINTS[p].has(probe.httpGet.path),
-              `${f}: ${c.name} probes ${probe.httpGet.path}`,
+              `${where} probes ${probe.httpGet.path}`,
             ).toBe(true);
             const named = c.ports?.find((x: Doc) => x.name === probe.httpGet.port)?.containerPort;
-            expect(named ?? probe.httpGet.port, `${f}: ${c.name} probe port`).toBe(port);
+            expect(named ?? probe.httpGet.port, `${where} port`).toBe(port);
+            // the kubelet connects to the pod's IP: the program must listen there
+            expect(String(c.env?.find((e: Doc) => e.name === 'AGW_LISTEN')?.value), where).toMatch(
+              /^0\.0\.0\.0:/,
+            );
           }
         }
       }
     }
   });
 
+  it('has no httpGet or tcpSocket probe that names a host (the kubelet resolves it on the node)', () => {
+    for (const f of POD_FILES) {
+      for (const pod of podSpecs(f)) {
+        for (const c of [...(pod.initContainers ?? []), ...pod.containers]) {
+          for (const [kind, probe] of probesOf(c)) {
+            for (const handler of ['httpGet', 'tcpSocket'])
+              expect(probe[handler]?.host, `${f}: ${c.name} ${kind}.${handler}.host`).toBe(
+                undefined,
+              );
+          }
+        }
+      }
+    }
+  });
+
+  it('probes the loopback-only sidecar by exec of wait-ready, with timeouts that fit', async () => {
+    const [pod] = podSpecs('agent-pod.yaml');
+    const sidecar = pod.initContainers.find((c: Doc) => c.name === 'gateway-sidecar');
+    expect(listenPort(sidecar)).toBe(7070);
+    expect(sidecar.env.find((e: Doc) => e.name === 'AGW_LISTEN').value).toMatch(/^127\.0\.0\.1:/);
+    const startup = waitReady(sidecar.startupProbe);
+    const liveness = waitReady(sidecar.livenessProbe);
+    expect(startup?.url.href).toBe('http://127.0.0.1:7070/readyz');
+    expect(liveness?.url.href).toBe('http://127.0.0.1:7070/healthz');
+    expect(sidecar.readinessProbe).toBeUndefined();
+    for (const [probe, exec] of [
+      [sidecar.startupProbe, startup],
+      [sidecar.livenessProbe, liveness],
+    ] as const) {
+      // node's start, the wait itself, and one last request (2 s) end before the kubelet's kill
+      expect(exec!.timeoutS + 3).toBeLessThanOrEqual(probe.timeoutSeconds);
+      expect(probe.timeoutSeconds).toBeLessThanOrEqual(probe.periodSeconds);
+    }
+    // the start gate leaves a slow adapter at least 5 minutes before the sidecar is restarted
+    expect(
+      sidecar.startupProbe.periodSeconds * sidecar.startupProbe.failureThreshold,
+    ).toBeGreaterThanOrEqual(300);
+    // Podman's pod: the same liveness command (Podman makes it the healthcheck)
+    const [podman] = podSpecs('podman/agent-pod.yaml');
+    const podmanSidecar = podman.containers.find((c: Doc) => c.name === 'gateway-sidecar');
+    expect(podmanSidecar.livenessProbe.exec.command).toEqual(sidecar.livenessProbe.exec.command);
+    // the arguments are ones wait-ready takes: each probe passes against a server that answers
+    const server = createServer((_req, res) => res.end('ok'));
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    try {
+      const { port } = server.address() as AddressInfo;
+      for (const exec of [startup!, liveness!]) {
+        const args = exec.args.map((a) => a.replace('127.0.0.1:7070', `127.0.0.1:${port}`));
+        expect(await runWaitReady(args)).toBe(0);
+      }
+    } finally {
+      server.close();
+    }
+  });
+
+  it('mounts no service account token in the agent pod or the adapter', () => {
+    // neither program speaks to the Kubernetes API (Podman mounts no token either way)
+    for (const f of ['agent-pod.yaml', 'adapter.yaml'])
+      for (const pod of podSpecs(f)) expect(pod.automountServiceAccountToken, f).toBe(false);
+  });
+
+  it('builds both images on one base, pinnable by digest, with agent-gateway on PATH', () => {
+    const dockerfile = readFileSync(join(root, 'docker/Dockerfile'), 'utf8');
+    const args = new Map(
+      [...dockerfile.matchAll(/^ARG (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!] as const),
+    );
+    expect(args.get('NODE_BASE')).toMatch(/^node:20-bookworm-slim(@sha256:[0-9a-f]{64})?$/);
+    const stages = new Set<string>();
+    for (const m of dockerfile.matchAll(/^FROM (\S+)(?: AS (\S+))?$/gm)) {
+      // every base is the build arg (or a stage built on it), never a name written in place
+      const arg = /^\$\{(\w+)\}$/.exec(m[1]!)?.[1];
+      expect(arg === 'NODE_BASE' || arg === 'BUILD_BASE' || stages.has(m[1]!), m[0]).toBe(true);
+      if (m[2]) stages.add(m[2]);
+    }
+    expect(stages).toEqual(new Set(['build', 'runtime', 'adapter', 'sidecar']));
+    expect(args.get('BUILD_BASE')).toMatch(/^\$\{NODE_BASE\}$/);
+    // the probes' `agent-gateway`: a link to main.js, which runs as a script
+    expect(dockerfile).toMatch(/ln -s \/app\/dist\/cli\/main\.js \/usr\/local\/bin\/agent-gateway/);
+    expect(dockerfile).toMatch(/chmod 0755 dist\/cli\/main\.js/);
+    expect(readFileSync(join(root, 'src/cli/main.ts'), 'utf8')).toMatch(
+      /^#!\/usr\/bin\/env node\n/,
+    );
+    expect(readFileSync(join(root, 'test/e2e/podman.sh'), 'utf8')).toContain(
+      '--build-arg "NODE_BASE=$BASE"',
+    );
+  });
+
   it('runs the sidecar as a native sidecar gated on /readyz, and the agent behind it', () => {
     const [pod] = podSpecs('agent-pod.yaml');
     const sidecar = pod.initContainers.find((c: Doc) => c.name === 'gateway-sidecar');
     expect(sidecar.restartPolicy).toBe('Always');
-    expect(sidecar.startupProbe.httpGet.path).toBe('/readyz');
+    expect(waitReady(sidecar.startupProbe)?.url.pathname).toBe('/readyz');
     expect(pod.volumes.find((v: Doc) => v.name === 'journal').hostPath).toEqual({
       path: '/run/systemd/journal/socket',
       type: 'Socket',

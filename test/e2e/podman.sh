@@ -4,7 +4,11 @@
 # `podman kube play`s two agent pods made from k8s/podman/agent-pod.yaml (engineering, qa). Then,
 # speaking only to the sidecars from inside the agent containers, as an agent runtime would:
 #   1. the start gate: with no adapter the sidecar is up, /readyz is 503 and the agent's runtime
-#      has not started; it starts once the adapter's HEALTHCHECK passes;
+#      has not started; it starts once the adapter's HEALTHCHECK passes. The sidecar's probes as
+#      Kubernetes runs them (the exec commands of k8s/agent-pod.yaml, run with `podman exec` in
+#      the sidecar's container): the startup probe fails with no adapter and passes with it, the
+#      liveness probe passes throughout; and the healthcheck Podman makes of the pod's
+#      livenessProbe is that command and passes;
 #   2. a message sent in engineering's pod is received and acked in qa's;
 #   3. the adapter stopped: a send answers 202 queued, and an emergency written in the pod lands
 #      in journald as priority CRIT; the adapter started again: the queued message arrives next
@@ -87,7 +91,7 @@ cleanup() {
     kill "$JOURNALD_PID" 2>/dev/null
     wait "$JOURNALD_PID" 2>/dev/null
   fi
-  rm -rf "/run/systemd/journal.$NS" /var/log/journal/*."$NS"
+  rm -rf "/run/systemd/journal.$NS" /var/log/journal/*."$NS" "/etc/systemd/journald@$NS.conf"
   if [ "${AGW_E2E_KEEP:-}" = 1 ]; then
     say "kept $WORK"
   else
@@ -148,7 +152,11 @@ for target in adapter sidecar; do
   say "image agent-gateway-$target:$VERSION: $((size / 1000000)) MB, of which $(((size - base_size) / 1000000)) MB on top of the base ($((base_size / 1000000)) MB)"
 done
 
-# --- journald (namespace mode) standing in for the host's, and the pods' network
+# --- journald (namespace mode) standing in for the host's, and the pods' network. A namespace
+# journald exits after 30 s with no client (systemd 252: server_is_idle), which would leave the
+# pods' socket dead before the emergency is written; a retention longer than that turns the
+# idle exit off. Its config file is journald@NS.conf, removed on exit.
+printf '[Journal]\nMaxRetentionSec=1d\n' >"/etc/systemd/journald@$NS.conf"
 /lib/systemd/systemd-journald "$NS" >"$WORK/journald.log" 2>&1 &
 JOURNALD_PID=$!
 for _ in $(seq 100); do [ -S "$JOURNAL_SOCKET" ] && break; sleep 0.1; done
@@ -187,6 +195,30 @@ agent() {
   podman exec -i "agent-$who-agent" node - "$@" <"$HERE/agent-call.cjs" ||
     fail "agent-call $* in $who's agent container"
 }
+# probe KIND: the exec command of the sidecar's KIND (startupProbe, livenessProbe) in
+# k8s/agent-pod.yaml, the Kubernetes manifest, one argument a line
+probe() {
+  node -e '
+    const yaml = require(process.argv[1]);
+    const docs = yaml.parseAllDocuments(require("fs").readFileSync(process.argv[2], "utf8"));
+    const spec = docs.map((d) => d.toJS()).find((d) => d.kind === "Deployment").spec.template.spec;
+    const sidecar = spec.initContainers.find((c) => c.name === "gateway-sidecar");
+    console.log(sidecar[process.argv[3]].exec.command.join("\n"));
+  ' "$ROOT/node_modules/yaml" "$ROOT/k8s/agent-pod.yaml" "$1"
+}
+mapfile -t STARTUP_PROBE < <(probe startupProbe)
+mapfile -t LIVENESS_PROBE < <(probe livenessProbe)
+[ "${STARTUP_PROBE[1]:-}" = wait-ready ] && [ "${LIVENESS_PROBE[1]:-}" = wait-ready ] ||
+  fail "k8s/agent-pod.yaml: the sidecar's probes are not exec of wait-ready"
+# run_probe AGENT COMMAND...: the probe in AGENT's sidecar container, as the kubelet's exec does;
+# prints its exit status and how long it took
+run_probe() {
+  local who=$1 t rc=0
+  shift
+  t=$(date +%s%N)
+  podman exec "agent-$who-gateway-sidecar" "$@" >/dev/null 2>&1 || rc=$?
+  echo "$rc $((($(date +%s%N) - t) / 1000000))"
+}
 field() { node -e 'let v=JSON.parse(process.argv[1]);for(const k of process.argv[2].split("."))v=v?.[k];console.log(typeof v==="object"?JSON.stringify(v):v)' "$1" "$2"; }
 started() { podman logs "agent-$1-agent" 2>&1 | grep -q 'agent runtime starting'; }
 
@@ -199,6 +231,26 @@ for agent in engineering qa; do
   ! started "$agent" || fail "$agent's runtime started before the adapter answered"
 done
 say "gate holds: both sidecars up, /readyz 503, neither agent runtime started"
+
+# --- the sidecar's probes with no adapter: Kubernetes' startup probe fails (the agent would not
+# start), the liveness probe passes (an adapter outage never restarts the sidecar), and the
+# healthcheck Podman derived from the pod's livenessProbe is that same command and passes
+read -r rc ms < <(run_probe engineering "${STARTUP_PROBE[@]}")
+[ "$rc" = 1 ] || fail "the startup probe (${STARTUP_PROBE[*]}) exited $rc with no adapter"
+say "startup probe with no adapter: exit 1 after $ms ms ($(printf '%s ' "${STARTUP_PROBE[@]}"))"
+for agent in engineering qa; do
+  read -r rc ms < <(run_probe "$agent" "${LIVENESS_PROBE[@]}")
+  [ "$rc" = 0 ] || fail "$agent: the liveness probe exited $rc"
+  hc=$(podman inspect --format '{{json .Config.Healthcheck.Test}}' "agent-$agent-gateway-sidecar")
+  hc=$(node -p 'JSON.parse(process.argv[1]).join(" ")' "$hc")
+  case $hc in
+  *"${LIVENESS_PROBE[*]}"*) ;;
+  *) fail "$agent: the sidecar's healthcheck is not its livenessProbe: $hc" ;;
+  esac
+  podman healthcheck run "agent-$agent-gateway-sidecar" >/dev/null ||
+    fail "$agent: the sidecar's healthcheck failed"
+done
+say "liveness probe exit 0 in both sidecars ($ms ms); Podman's healthcheck from the livenessProbe ($hc) passes"
 
 start_adapter() {
   NOTIFY_SOCKET=$WORK/notify.sock podman start agent-gateway-adapter >/dev/null 2>>"$WORK/adapter.log"
@@ -233,6 +285,13 @@ for agent in engineering qa; do
   started "$agent" || fail "$agent's runtime did not start after the adapter came up"
 done
 say "gate opened: both agent runtimes started"
+for agent in engineering qa; do
+  read -r rc ms < <(run_probe "$agent" "${STARTUP_PROBE[@]}")
+  [ "$rc" = 0 ] || fail "$agent: the startup probe exited $rc with the adapter up"
+  podman healthcheck run "agent-$agent-gateway-sidecar" >/dev/null ||
+    fail "$agent: the sidecar's healthcheck failed with the adapter up"
+done
+say "startup probe with the adapter up: exit 0 in both sidecars ($ms ms); healthchecks pass"
 for c in agent-gateway-adapter agent-engineering-gateway-sidecar; do
   [ "$(podman inspect --format '{{.HostConfig.ReadonlyRootfs}}' "$c")" = true ] ||
     fail "$c runs with a writable root filesystem"
@@ -259,11 +318,14 @@ ms=$((($(date +%s%N) - t) / 1000000))
 [ "$(field "$out" body.status)" = queued ] || fail "T-2 was not queued: $out"
 [ "$(field "$out" body.outbox_depth)" = 1 ] || fail "T-2: outbox depth $out"
 why=$(field "$(agent engineering get /v1/status)" body.last_error)
-say "adapter stopped; T-2 answered 202 queued in $ms ms (podman exec included), outbox depth 1 ($why)"
+podman healthcheck run agent-engineering-gateway-sidecar >/dev/null ||
+  fail "the sidecar's healthcheck (its liveness) failed while the adapter is down"
+say "adapter stopped; T-2 answered 202 queued in $ms ms (podman exec included), outbox depth 1 ($why); sidecar still healthy"
 if [ "$ms" -gt 2500 ]; then
   # longer than the sidecar's 2 s connect deadline explains: show what it met
   podman logs agent-engineering-gateway-sidecar 2>&1 | grep -v '"level":30' | tail -5 || true
 fi
+kill -0 "$JOURNALD_PID" 2>/dev/null || fail "the namespace journald exited: $(tail -3 "$WORK/journald.log")"
 out=$(agent engineering emergency e2e_check "written in the pod while the adapter is down")
 [ "$(field "$out" status)" = 202 ] || fail "emergency answered $out"
 entry=$(journalctl --namespace="$NS" -o json --no-pager AGW_REASON=e2e_check | head -1)
