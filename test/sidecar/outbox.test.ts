@@ -101,6 +101,17 @@ const drained = (sidecar: string) =>
     'the drain',
   );
 
+/** pm's sidecar with its gate open (it knows the adapter's limits), then the adapter killed. */
+async function pmSidecarInOutage(name: string) {
+  const db = join(dir, `${name}-${randomUUID()}.db`);
+  const adapter = await adapterOn(db);
+  const sidecar = await sidecarFor('pm', adapter.url);
+  await gateOpen(sidecar.url);
+  adapter.child.kill('SIGKILL');
+  await adapter.exited;
+  return { db, port: portOf(adapter.url), sidecar };
+}
+
 /** Everything qa can take from the adapter, acked as it goes. */
 async function drainInbox(adapterUrl: string, agent = 'qa'): Promise<Json[]> {
   const all: Json[] = [];
@@ -336,13 +347,8 @@ time.sleep(60)`,
   it('never wedges on a batch too large for the adapter: 100 messages of 262,000 bytes queued in an outage drain, in order', {
     timeout: 120_000,
   }, async () => {
-    const db = join(dir, `wedge-${randomUUID()}.db`);
-    let adapter = await adapterOn(db);
-    const port = portOf(adapter.url);
-    const sidecar = await sidecarFor('pm', adapter.url);
-    await gateOpen(sidecar.url);
-    adapter.child.kill('SIGKILL');
-    await adapter.exited;
+    const { db, port, sidecar } = await pmSidecarInOutage('wedge');
+    let adapter: ChildAdapter;
     // each just under the adapter's 262,144-byte limit; 100 of them are over its batch limit
     const big = 'x'.repeat(262_000);
     for (let n = 0; n < 100; n++) {
@@ -372,13 +378,8 @@ time.sleep(60)`,
   it('sets aside only what the adapter refuses for good when it comes back with a lower limit; the rest flows on in order', {
     timeout: 120_000,
   }, async () => {
-    const db = join(dir, `lowered-${randomUUID()}.db`);
-    let adapter = await adapterOn(db);
-    const port = portOf(adapter.url);
-    const sidecar = await sidecarFor('pm', adapter.url);
-    await gateOpen(sidecar.url);
-    adapter.child.kill('SIGKILL');
-    await adapter.exited;
+    const { db, port, sidecar } = await pmSidecarInOutage('lowered');
+    let adapter: ChildAdapter;
     const big = 'x'.repeat(262_000);
     const sizes = [0, 0, big, big, big, 0, big, 0];
     for (const [n, pad] of sizes.entries()) {
