@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ADAPTER_SENDER, NAME_PATTERN } from '../protocol/envelope.js';
+import { SettingsError } from '../settings.js';
 
 const name = z
   .string()
@@ -47,7 +48,7 @@ export interface Topology {
 }
 
 /** A topology that cannot be used; `message` is the one line the adapter prints before exit 2. */
-export class TopologyError extends Error {
+export class TopologyError extends SettingsError {
   override name = 'TopologyError';
 }
 

@@ -1,14 +1,10 @@
 #!/usr/bin/env node
 /**
- * The agent-gateway command: one program, a subcommand per role (CONTRACT.md).
+ * The agent-gateway command: one program, a subcommand per role (CONTRACT.md). Each command's
+ * module is loaded only when it runs: a sidecar does not load the adapter's store and metrics,
+ * and a probe (`wait-ready`, run by the kubelet every few seconds) loads almost nothing.
  */
-import { TopologyError } from '../adapter/topology.js';
-import { runAdapter } from './adapter.js';
-import { runEmergency } from './emergency.js';
-import { SettingsError } from './settings.js';
-import { runSidecar } from './sidecar.js';
-import { runWaitReady } from './wait-ready.js';
-import { runWatch } from './watch.js';
+import { SettingsError } from '../settings.js';
 
 const USAGE = `usage: agent-gateway <command> [flags]
 
@@ -25,11 +21,11 @@ const COMMANDS: Record<
   string,
   (argv: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>
 > = {
-  adapter: runAdapter,
-  emergency: runEmergency,
-  sidecar: runSidecar,
-  'wait-ready': (argv) => runWaitReady(argv),
-  watch: runWatch,
+  adapter: async (argv, env) => (await import('./adapter.js')).runAdapter(argv, env),
+  emergency: async (argv, env) => (await import('./emergency.js')).runEmergency(argv, env),
+  sidecar: async (argv, env) => (await import('./sidecar.js')).runSidecar(argv, env),
+  'wait-ready': async (argv) => (await import('./wait-ready.js')).runWaitReady(argv),
+  watch: async (argv, env) => (await import('./watch.js')).runWatch(argv, env),
 };
 
 async function main(argv: readonly string[]): Promise<number> {
@@ -46,7 +42,8 @@ async function main(argv: readonly string[]): Promise<number> {
   try {
     return await run(rest, process.env);
   } catch (err) {
-    if (err instanceof SettingsError || err instanceof TopologyError) {
+    // a bad setting or topology file (TopologyError is one): one line, exit 2
+    if (err instanceof SettingsError) {
       process.stderr.write(`agent-gateway ${command}: ${err.message}\n`);
       return 2;
     }

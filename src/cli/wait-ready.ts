@@ -3,7 +3,7 @@
  * timeout (default 60 s). For init containers, entrypoints and Podman: `wait-ready --url
  * http://127.0.0.1:7070/readyz && exec agent`.
  */
-import { SettingsError } from './settings.js';
+import { SettingsError } from '../settings.js';
 
 export async function runWaitReady(argv: readonly string[]): Promise<number> {
   let url: string | undefined;
