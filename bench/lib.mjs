@@ -16,20 +16,29 @@ export function tokenOf(agent) {
   return `bench-token-${agent}`;
 }
 
-/** A temp folder with the seed topology in it. */
-export function benchDir() {
+/** The seed's agents and channels, tokens `bench-token-<id>`. */
+const SEED = {
+  agents: AGENTS,
+  channels: [
+    { name: 'all-agents', members: AGENTS },
+    { name: 'product', members: AGENTS.slice(1) },
+    { name: 'platform', members: ['orchestrator'] },
+  ],
+};
+
+/**
+ * A temp folder with a topology in it: the seed's, or `agents` (ids) and `channels` of your
+ * own, each agent's token `bench-token-<id>`, alerts to orchestrator.
+ */
+export function benchDir({ agents, channels } = SEED) {
   const dir = mkdtempSync(join(tmpdir(), 'agw-bench-'));
   const sha = (s) => createHash('sha256').update(s).digest('hex');
   const topology = join(dir, 'topology.json');
   writeFileSync(
     topology,
     JSON.stringify({
-      agents: AGENTS.map((id) => ({ id, token_sha256: sha(tokenOf(id)) })),
-      channels: [
-        { name: 'all-agents', members: AGENTS },
-        { name: 'product', members: AGENTS.slice(1) },
-        { name: 'platform', members: ['orchestrator'] },
-      ],
+      agents: agents.map((id) => ({ id, token_sha256: sha(tokenOf(id)) })),
+      channels,
       alerts_to: 'orchestrator',
     }),
   );

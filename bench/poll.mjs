@@ -1,23 +1,7 @@
-// Poll latency with a deep, wide queue: one agent (qa) holds ~500 pending deliveries spread over
-// 50 group channels (10 each), and polls GET /v1/inbox?max=N (no wait) one request at a time.
-// After each poll it acks what it got and pm sends as many new messages (round-robin over the
-// channels, one batch), so the queue stays at ~500 and every poll finds a full page. Latency is
-// the poll's alone (the lease is a commit: with sync=full, an fsync). One JSON line per
-// measurement on stdout.
-//
-// --cli runs another build of the adapter (default: this repository's dist/), for a before and
-// after comparison in one run, e.g. a git worktree of an older commit with dist/ built:
-//
-//   node bench/poll.mjs [--cli /tmp/agw-old/dist/cli/main.js] [--label before]
-//                       [--seconds 5] [--max 10] [--queued 500] [--channels 50]
-//                       [--sync full,normal]
-import { createHash } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { CLI, latencySummary, round, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
+import { benchDir, CLI, latencySummary, round, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -43,20 +27,11 @@ const channels = Array.from(
 const text = 'x'.repeat(200);
 
 /** orchestrator (alerts_to), pm (the sender) and qa (the poller); pm and qa in every channel. */
-function topologyDir() {
-  const dir = mkdtempSync(join(tmpdir(), 'agw-bench-poll-'));
-  const sha = (s) => createHash('sha256').update(s).digest('hex');
-  const topology = join(dir, 'topology.json');
-  writeFileSync(
-    topology,
-    JSON.stringify({
-      agents: ['orchestrator', 'pm', 'qa'].map((id) => ({ id, token_sha256: sha(tokenOf(id)) })),
-      channels: channels.map((name) => ({ name, members: ['pm', 'qa'] })),
-      alerts_to: 'orchestrator',
-    }),
-  );
-  return { dir, topology, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
-}
+const topologyDir = () =>
+  benchDir({
+    agents: ['orchestrator', 'pm', 'qa'],
+    channels: channels.map((name) => ({ name, members: ['pm', 'qa'] })),
+  });
 
 const auth = (a) => ({ authorization: `Bearer ${tokenOf(a)}`, 'content-type': 'application/json' });
 
