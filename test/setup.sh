@@ -3,13 +3,14 @@
 #   systemd      systemd-journald (namespace mode) and journalctl, for the journald tests
 #   podman runc  the Podman run (test/e2e/podman.sh), on runc: crun fails here on setrlimit
 #   debootstrap  the Podman run's local Node base image
+#   strace       counting fsync calls (test/store/durability.test.ts, bench/trip.mjs --fsyncs)
 # With everything there it does nothing. It installs as root: directly when run as root, else
 # through sudo; without sudo it stops with one line naming the packages to install.
 set -euo pipefail
 
 missing=()
 { [ -x /lib/systemd/systemd-journald ] && command -v journalctl >/dev/null; } || missing+=(systemd)
-for tool in podman runc debootstrap; do
+for tool in podman runc debootstrap strace; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ "${#missing[@]}" -eq 0 ] && exit 0

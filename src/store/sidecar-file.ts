@@ -4,8 +4,14 @@
  * messages acked, the sidecar's own delivery ids). One connection, statements prepared once;
  * the rules that use them live in the sidecar (outbox.ts, inbox-repair.ts).
  *
- * synchronous=FULL: a 202 from the sidecar promises the message survives a crash of the pod's
- * node, not only of the process.
+ * Durability per write (docs/design/durability.md): a message taken into the outbox is committed
+ * with synchronous=FULL, since the sidecar's 202 promises it survives a crash of the pod's node,
+ * not only of the process. Every other write (inbox marks, acks remembered, copies, held
+ * deliveries, the breaker's state, an outbox entry leaving) is committed with NORMAL: a power
+ * loss can take back only such writes made since the last fsync of the WAL, which brings back a
+ * delivery the agent may already have had (at-least-once) or sends an entry again under its key
+ * (the adapter answers 200), never loses a message. Any FULL commit makes the NORMAL commits
+ * before it durable too: the WAL is one file, fsynced whole.
  */
 import type Database from 'better-sqlite3';
 import { SIDECAR_MIGRATIONS, SIDECAR_SQL } from './sql.js';
@@ -78,7 +84,7 @@ export class SidecarFile {
 
   constructor(file: string) {
     this.#db = openSqlite(file, {
-      sync: 'full',
+      sync: 'normal',
       migrations: SIDECAR_MIGRATIONS,
       program: 'sidecar',
     });
@@ -120,7 +126,12 @@ export class SidecarFile {
 
   /** Adds a message (committed, fsynced); false when its key is already queued. */
   enqueue(key: string, body: string, now: number): boolean {
-    return this.#s.enqueue.run(key, body, now).changes === 1;
+    this.#db.pragma('synchronous = FULL');
+    try {
+      return this.#s.enqueue.run(key, body, now).changes === 1;
+    } finally {
+      this.#db.pragma('synchronous = NORMAL');
+    }
   }
 
   outboxDepth(): number {

@@ -5,8 +5,9 @@
 import Database from 'better-sqlite3';
 
 /**
- * - `full`: the WAL is fsynced at every commit, so an acknowledged message survives power
- *   loss. With group commit that is one fsync per group, not per message.
+ * - `full`: the WAL is fsynced at every commit that holds a message, so an acknowledged message
+ *   survives power loss. With group commit that is one fsync per group, not per message. Commits
+ *   holding only leases, acks and other delivery marks are NORMAL (docs/design/durability.md).
  * - `normal`: the WAL is fsynced only at checkpoints. A process crash (SIGKILL, OOM) still loses
  *   nothing, since committed pages are in the OS page cache; a power loss or kernel crash can
  *   lose the transactions committed since the last checkpoint (up to ~1000 pages of WAL by

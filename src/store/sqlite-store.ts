@@ -85,6 +85,13 @@ interface DeadOne {
   message_id: string;
 }
 
+/** Operations that may write a message: their groups commit with AGW_SYNC (FULL by default). */
+const WRITES_MESSAGES: ReadonlySet<StoreOp['op']> = new Set([
+  'append',
+  'replay_dead_letter',
+  'alert',
+]);
+
 export interface SqliteStoreOptions {
   /** full (default) or normal; see SyncMode. */
   readonly sync?: SyncMode;
@@ -110,11 +117,19 @@ export class SqliteStore implements Store {
   readonly #deliveries: Deliveries;
   readonly #s;
   readonly #tx: (ops: readonly StoreOp[]) => Settled[];
+  /** AGW_SYNC: how a commit that holds a message is made durable. */
+  readonly #messageSync: SyncMode;
+  /** The connection's synchronous mode now. */
+  #sync: SyncMode;
+  /** The group being committed wrote a message (or put a dead letter back in a queue). */
+  #holdsMessage = false;
 
   constructor(file: string, opts: SqliteStoreOptions = {}) {
     this.#file = file;
+    this.#messageSync = opts.sync ?? 'full';
+    this.#sync = this.#messageSync;
     this.#db = openSqlite(file, {
-      sync: opts.sync ?? 'full',
+      sync: this.#messageSync,
       migrations: MIGRATIONS,
       program: 'adapter',
     });
@@ -157,9 +172,15 @@ export class SqliteStore implements Store {
 
   commit(ops: readonly StoreOp[]): Committed {
     this.#fx.clear();
+    this.#holdsMessage = false;
     const counted = { ...this.stats, deadLetters: { ...this.stats.deadLetters } };
     try {
+      const synced = ops.some((op) => WRITES_MESSAGES.has(op.op));
+      this.#useSync(synced ? this.#messageSync : 'normal');
       const results = this.#tx(ops);
+      // An alert fell due in a group of leases or acks: it is a message, numbered in its
+      // channel, so it is made durable before anything is answered or woken.
+      if (this.#holdsMessage && !synced && this.#messageSync === 'full') this.#fsyncWal();
       return { results, effects: this.#fx.take() };
     } catch (err) {
       // Rolled back: what was counted in memory (depths, stats) and the alerts that fell due
@@ -170,6 +191,26 @@ export class SqliteStore implements Store {
       this.#fx.clear();
       throw err;
     }
+  }
+
+  /**
+   * The synchronous mode of the next transaction (SQLite refuses a change inside one).
+   * docs/design/durability.md says which commits need which.
+   */
+  #useSync(mode: SyncMode): void {
+    if (mode === this.#sync) return;
+    this.#db.pragma(`synchronous = ${mode.toUpperCase()}`);
+    this.#sync = mode;
+  }
+
+  /**
+   * Makes every commit so far durable: a FULL commit of one rewritten header field fsyncs the
+   * WAL, which holds the earlier NORMAL commits' frames too.
+   */
+  #fsyncWal(): void {
+    this.#useSync('full');
+    const version = this.#db.pragma('user_version', { simple: true }) as number;
+    this.#db.pragma(`user_version = ${version}`);
   }
 
   /** One operation; a GatewayError (thrown before it wrote anything) settles it alone. */
@@ -244,6 +285,7 @@ export class SqliteStore implements Store {
     }
     const seq = this.#s.nextSeq.get(d.channel);
     if (seq === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
+    this.#holdsMessage = true;
     const a = assignment(uuidv7(d.receivedAt), d.channel, seq, d.receivedAt, d);
     const body = messageJson(a, d);
     const priority = d.priority === 'critical' ? 1 : 0;
@@ -322,6 +364,7 @@ export class SqliteStore implements Store {
       now,
     );
     this.#s.markReplayed.run(delivery, id);
+    this.#holdsMessage = true;
     return { delivery_id: delivery, replayed: true };
   }
 

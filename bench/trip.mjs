@@ -1,0 +1,208 @@
+// The path agents use: agent → its sidecar → adapter → the recipient's sidecar → agent.
+// pm's sidecar takes the sends, qa's sidecar serves qa's long polls and acks.
+//
+// - `trip`: end-to-end latency at a fixed rate (open loop, default 500 msg/s), send to
+//   long-poll receive, through the two sidecars; the same run direct to the adapter beside it.
+//   For each process, CPU time per message (utime + stime from /proc over the measured part).
+// - `trip-send`: acked sends at 1 / 16 / 64 in flight through pm's sidecar and direct.
+// - `trip-fsyncs` (with --fsyncs, needs strace): fsync and fdatasync calls per trip in each
+//   process, counted by strace attached for a run of 500 trips one at a time.
+//
+//   node bench/trip.mjs [--rate 500] [--seconds 10] [--send-seconds 5] [--fsyncs]
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
+import {
+  benchDir,
+  CLI,
+  closedLoop,
+  latencySummary,
+  round,
+  startAdapter,
+  startProcess,
+  tokenOf,
+  uuidv7,
+} from './lib.mjs';
+
+const { values } = parseArgs({
+  options: {
+    rate: { type: 'string', default: '500' },
+    seconds: { type: 'string', default: '10' },
+    'send-seconds': { type: 'string', default: '5' },
+    fsyncs: { type: 'boolean', default: false },
+  },
+});
+const rate = Number(values.rate);
+const seconds = Number(values.seconds);
+const sendSeconds = Number(values['send-seconds']);
+const text = 'x'.repeat(1000);
+
+const { dir, topology, cleanup } = benchDir();
+const adapter = await startAdapter(dir, topology, ['--queue-capacity', '1000000']);
+const sidecarOf = (agent) =>
+  startProcess(
+    [CLI, 'sidecar', '--listen', '127.0.0.1:0'],
+    {
+      AGW_ADAPTER_URL: adapter.url,
+      AGW_AGENT_ID: agent,
+      AGW_AGENT_TOKEN: tokenOf(agent),
+      AGW_OUTBOX: join(dir, `${agent}-outbox.db`),
+      AGW_LOG_LEVEL: 'info',
+    },
+    (e) => e.msg?.includes('listening on'),
+  );
+const [pm, qa] = await Promise.all([sidecarOf('pm'), sidecarOf('qa')]);
+const processes = { adapter, 'pm sidecar': pm, 'qa sidecar': qa };
+
+const json = { 'content-type': 'application/json' };
+const auth = (a) => ({ authorization: `Bearer ${tokenOf(a)}`, ...json });
+const routes = {
+  sidecars: { send: [pm.url, json], receive: [qa.url, json] },
+  direct: { send: [adapter.url, auth('pm')], receive: [adapter.url, auth('qa')] },
+};
+
+/** CPU seconds (user + system) a process has used so far. */
+function cpuSeconds(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ 100)
+}
+
+/** Sends at `rate` for `secs` while the receiver long-polls and acks; latencies in ms. */
+async function trip(route, secs, perSecond, { warmup = 1000 } = {}) {
+  const [sendUrl, sendHeaders] = routes[route].send;
+  const [recvUrl, recvHeaders] = routes[route].receive;
+  const sendPool = new Pool(sendUrl, { connections: 32 });
+  const recvPool = new Pool(recvUrl, { connections: 2 });
+  const latencies = [];
+  let receiving = true;
+  const receiver = (async () => {
+    while (receiving) {
+      const res = await recvPool.request({
+        method: 'GET',
+        path: '/v1/inbox?wait=1&max=100',
+        headers: recvHeaders,
+      });
+      const { deliveries } = await res.body.json();
+      const t = performance.now();
+      if (deliveries.length === 0) continue;
+      for (const d of deliveries) latencies.push(t - d.message.payload.t);
+      await (
+        await recvPool.request({
+          method: 'POST',
+          path: '/v1/acks',
+          headers: recvHeaders,
+          body: JSON.stringify({ delivery_ids: deliveries.map((d) => d.delivery_id) }),
+        })
+      ).body.text();
+    }
+  })();
+  const total = Math.round(perSecond * secs);
+  const start = performance.now() + warmup;
+  const sends = [];
+  let cpu0;
+  for (let i = 0; i < total; i++) {
+    const due = start + (i * 1000) / perSecond;
+    const wait = due - performance.now();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    if (i === 0) {
+      latencies.length = 0; // what arrived in the warm-up does not count
+      cpu0 = Object.fromEntries(Object.entries(processes).map(([k, p]) => [k, cpuSeconds(p.pid)]));
+    }
+    sends.push(
+      sendPool
+        .request({
+          method: 'POST',
+          path: '/v1/messages',
+          headers: sendHeaders,
+          body: JSON.stringify({
+            idempotency_key: uuidv7(),
+            to: '@qa',
+            kind: 'status',
+            payload: { t: performance.now(), text },
+          }),
+        })
+        .then((r) => r.body.text()),
+    );
+  }
+  await Promise.all(sends);
+  const deadline = performance.now() + 10_000;
+  while (latencies.length < total && performance.now() < deadline)
+    await new Promise((r) => setTimeout(r, 20));
+  const cpu = Object.fromEntries(
+    Object.entries(processes).map(([k, p]) => [
+      k,
+      round(((cpuSeconds(p.pid) - cpu0[k]) / total) * 1e6, 0),
+    ]),
+  );
+  receiving = false;
+  await receiver;
+  await Promise.all([sendPool.close(), recvPool.close()]);
+  return { sent: total, received: latencies.length, ...latencySummary(latencies), cpu_us: cpu };
+}
+
+for (const route of ['direct', 'sidecars']) {
+  const r = await trip(route, seconds, rate);
+  console.log(JSON.stringify({ bench: 'trip', route, rate, seconds, ...r }));
+}
+
+for (const inflight of [1, 16, 64]) {
+  for (const route of ['direct', 'sidecars']) {
+    const [url, headers] = routes[route].send;
+    const r = await closedLoop(url, {
+      inflight,
+      seconds: sendSeconds,
+      makeRequest: () => ({
+        method: 'POST',
+        path: '/v1/messages',
+        headers,
+        body: JSON.stringify({
+          idempotency_key: uuidv7(),
+          to: '@research',
+          kind: 'status',
+          payload: { text },
+        }),
+      }),
+      check: (s) => s === 201,
+    });
+    console.log(JSON.stringify({ bench: 'trip-send', route, inflight, ...r }));
+  }
+}
+
+if (values.fsyncs) {
+  // strace -c on each process while trips run one at a time: syscall counts per trip
+  const n = 500;
+  for (const route of ['direct', 'sidecars']) {
+    const tracers = Object.entries(processes).map(([name, p]) => {
+      const child = spawn('strace', ['-f', '-c', '-e', 'trace=fsync,fdatasync', '-p', p.pid], {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let out = '';
+      child.stderr.on('data', (b) => {
+        out += b;
+      });
+      const done = new Promise((r) => child.once('exit', () => r(out)));
+      return { name, child, done };
+    });
+    await new Promise((r) => setTimeout(r, 1000)); // strace attached
+    const r = await trip(route, n / 50, 50, { warmup: 200 });
+    await new Promise((r) => setTimeout(r, 300));
+    const perTrip = {};
+    for (const t of tracers) {
+      t.child.kill('SIGINT');
+      const out = await t.done;
+      // strace -c rows: % time, seconds, usecs/call, calls, [errors,] syscall
+      const count = (name) => {
+        const row = out.split('\n').find((l) => l.trim().split(/\s+/).at(-1) === name);
+        return Number(row?.trim().split(/\s+/)[3] ?? 0);
+      };
+      perTrip[t.name] = round((count('fsync') + count('fdatasync')) / r.sent, 2);
+    }
+    console.log(JSON.stringify({ bench: 'trip-fsyncs', route, trips: r.sent, per_trip: perTrip }));
+  }
+}
+
+await Promise.all([pm.stop(), qa.stop()]);
+await adapter.stop();
+cleanup();
