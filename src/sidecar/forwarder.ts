@@ -32,6 +32,24 @@ export interface ForwarderOptions {
 
 /** Whole-batch failures of the same head before the batch is halved, or a lone entry set aside. */
 const STRIKES = 3;
+/** Send requests to the adapter in flight at once; what arrives meanwhile waits for the next. */
+const FLYING = 2;
+
+/** A send waiting for a place in a request to the adapter. */
+interface Waiting {
+  readonly key: string;
+  readonly body: string;
+  readonly size: number;
+  readonly resolve: (answer: SendAnswer) => void;
+}
+
+/** One entry of the adapter's batch answer: the single answer's fields, with its status. */
+type BatchResult = {
+  status: number;
+  error?: string;
+  channel?: string;
+  channel_sequence_id?: number;
+} & Record<string, unknown>;
 
 export class Forwarder {
   /**
@@ -50,6 +68,9 @@ export class Forwarder {
   #batchSize = MAX_BATCH;
   /** The head (outbox seq) of the batch that failed last, and how many times in a row. */
   #struck = { seq: -1, times: 0 };
+  /** Sends waiting for a request to the adapter, in arrival order. */
+  #waiting: Waiting[] = [];
+  #flying = 0;
 
   constructor(opts: ForwarderOptions) {
     this.#o = opts;
@@ -57,9 +78,10 @@ export class Forwarder {
 
   /**
    * Sends one envelope, already checked and carrying its idempotency key; answers as
-   * CONTRACT.md's sidecar section says.
+   * CONTRACT.md's sidecar section says. Sends that arrive while the adapter is busy with earlier
+   * ones travel together in one batch request (see #pump); each is answered as if alone.
    */
-  async send(envelope: Record<string, unknown> & { idempotency_key: string }): Promise<SendAnswer> {
+  send(envelope: Record<string, unknown> & { idempotency_key: string }): Promise<SendAnswer> {
     const key = envelope.idempotency_key;
     const body = JSON.stringify({ ...envelope, sender: undefined });
     const size = Buffer.byteLength(body);
@@ -68,18 +90,74 @@ export class Forwarder {
         'payload_too_large',
         `the message is ${size} bytes; the adapter takes at most ${this.maxMessageBytes}`,
       );
-      return { status: err.status, body: err.toJSON() };
+      return Promise.resolve({ status: err.status, body: err.toJSON() });
     }
     const { outbox, breaker } = this.#o;
-    if (outbox.depth > 0 || breaker.state === 'open') return this.#queue(key, body);
+    if (outbox.depth > 0 || breaker.state === 'open')
+      return Promise.resolve(this.#queue(key, body));
+    return new Promise((resolve) => {
+      this.#waiting.push({ key, body, size, resolve });
+      this.#pump();
+    });
+  }
+
+  /**
+   * Forwards what waits, at most FLYING requests at a time: a send that finds a free slot goes
+   * at once, alone; sends that arrive while every slot is busy go together in the next batch
+   * (up to MAX_BATCH entries and the adapter's batch bytes), as the adapter's group commit
+   * gathers one turn's writes. Sends in flight together have no order between them, as before.
+   */
+  #pump(): void {
+    const budget = this.maxMessageBytes * MAX_BATCH - 64;
+    while (this.#flying < FLYING && this.#waiting.length > 0) {
+      let n = 0;
+      let bytes = 0;
+      while (n < this.#waiting.length && n < MAX_BATCH) {
+        const size = this.#waiting[n]!.size + 1;
+        if (n > 0 && bytes + size > budget) break;
+        bytes += size;
+        n++;
+      }
+      const batch = this.#waiting.splice(0, n);
+      this.#flying++;
+      this.#forward(batch).finally(() => {
+        this.#flying--;
+        this.#pump();
+      });
+    }
+  }
+
+  /** One batch request for waiting sends; each send is answered from its own result. */
+  async #forward(batch: readonly Waiting[]): Promise<void> {
     let res: AdapterResponse;
     try {
-      res = await this.#call('POST', '/v1/messages', body);
+      res = await this.#call(
+        'POST',
+        '/v1/messages/batch',
+        `{"messages":[${batch.map((w) => w.body).join(',')}]}`,
+      );
     } catch {
-      return this.#queue(key, body);
+      for (const w of batch) w.resolve(this.#queue(w.key, w.body));
+      return;
     }
-    if (res.status === 201 || res.status === 200) this.#assigned(JSON.parse(res.body));
-    return { status: res.status, body: delivered(res) };
+    if (res.status !== 200) {
+      // refused whole (a revoked token, a proxy's answer): each send hears it as it is
+      for (const w of batch) w.resolve({ status: res.status, body: res.body });
+      return;
+    }
+    const { results } = JSON.parse(res.body) as { results: BatchResult[] };
+    batch.forEach((w, i) => {
+      const r = results[i];
+      if (r === undefined || isRetryableAnswer(r.status, r.error)) {
+        w.resolve(this.#queue(w.key, w.body));
+        return;
+      }
+      const { status, ...answer } = r;
+      if (status === 201 || status === 200) {
+        this.#assigned(answer);
+        w.resolve({ status, body: JSON.stringify({ status: 'delivered', ...answer }) });
+      } else w.resolve({ status, body: JSON.stringify(answer) });
+    });
   }
 
   #assigned(ack: { channel?: unknown; channel_sequence_id?: unknown }): void {
@@ -295,12 +373,6 @@ export class Forwarder {
       this.kick();
     }, wait);
   }
-}
-
-/** The agent's answer for an adapter answer: 201/200 become "delivered", others pass as they are. */
-function delivered(res: AdapterResponse): string {
-  if (res.status !== 201 && res.status !== 200) return res.body;
-  return `{"status":"delivered",${res.body.slice(1)}`;
 }
 
 /** The adapter's answer as JSON for the local dead letters (a proxy's page is wrapped). */

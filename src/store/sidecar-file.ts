@@ -81,6 +81,8 @@ export interface Held {
 export class SidecarFile {
   readonly #db: Database.Database;
   readonly #s;
+  /** The handed marks read or written so far (asked at every send): the file's, in memory. */
+  readonly #handed = new Map<string, number | undefined>();
 
   constructor(file: string) {
     this.#db = openSqlite(file, {
@@ -181,14 +183,20 @@ export class SidecarFile {
 
   /** The last channel_sequence_id handed to the agent in `channel`, if any. */
   handed(channel: string): number | undefined {
-    return this.#s.handed.get(channel);
+    if (!this.#handed.has(channel)) this.#handed.set(channel, this.#s.handed.get(channel));
+    return this.#handed.get(channel);
   }
 
   /** Moves the channels' marks forward (never back), in one transaction. */
   setHanded(marks: ReadonlyMap<string, number>): void {
+    if (marks.size === 0) return;
     this.#db.transaction(() => {
       for (const [channel, seq] of marks) this.#s.setHanded.run(channel, seq);
     })();
+    for (const [channel, seq] of marks) {
+      const last = this.handed(channel);
+      this.#handed.set(channel, last === undefined ? seq : Math.max(last, seq));
+    }
   }
 
   isAcked(messageId: string): boolean {
@@ -244,6 +252,7 @@ export class SidecarFile {
     copies: readonly { id: number; leaseExpiresAt: number }[],
     unheld: readonly string[],
   ): void {
+    if (copies.length === 0 && unheld.length === 0) return;
     this.#db.transaction(() => {
       for (const c of copies) this.#s.leaseCopy.run(c.leaseExpiresAt, c.id);
       for (const m of unheld) this.#s.unhold.run(m);

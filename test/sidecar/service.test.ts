@@ -94,6 +94,48 @@ it('send, inbox and ack are operations of their own, answered as the HTTP API an
   });
 });
 
+it('sends that arrive together travel in few requests, each answered as if alone', async () => {
+  const adapter = await startTestAdapter();
+  stops.push(adapter.stop);
+  const qa = await sidecarFor('qa', adapter);
+  const batches = async () =>
+    Number(
+      /agw_messages_total\{outcome="batch"\} (\d+)/.exec(
+        (await call(adapter.url, 'GET', '/metrics')).body,
+      )?.[1] ?? 0,
+    );
+  const before = await batches();
+  // 30 sends in one turn; the 8th to a channel qa is not a member of
+  const answers = await Promise.all(
+    Array.from({ length: 30 }, (_, n) =>
+      qa.service.send({ to: n === 7 ? 'platform' : 'product', kind: 'status', payload: { n } }),
+    ),
+  );
+  const requests = (await batches()) - before;
+  expect(requests).toBeGreaterThanOrEqual(1);
+  expect(requests).toBeLessThanOrEqual(5); // not 30: two go at once, the rest wait together
+  const bodies = answers.map((a) => JSON.parse(a.body as string) as Json);
+  expect(answers[7]!.status).toBe(403);
+  expect(bodies[7]).toMatchObject({ error: 'not_member', field: 'to' });
+  const delivered = answers.filter((_, n) => n !== 7);
+  expect(delivered.map((a) => a.status)).toEqual(Array(29).fill(201));
+  const ok = bodies.filter((_, n) => n !== 7);
+  for (const b of ok) {
+    expect(b).toMatchObject({ status: 'delivered', channel: 'product', duplicate: false });
+    expect(b).not.toHaveProperty('error');
+  }
+  const seqs = ok.map((b) => b.channel_sequence_id as number).sort((a, b) => a - b);
+  expect(seqs).toEqual(Array.from({ length: 29 }, (_, i) => i + 1));
+  // stored once each, in the channel, the refused one nowhere
+  const page = await call(adapter.url, 'GET', '/v1/channels/product/messages?after=0&limit=100', {
+    agent: 'qa',
+  });
+  const stored = (page.body as { messages: { payload: { n: number } }[] }).messages;
+  expect(stored.map((m) => m.payload.n).sort((a, b) => a - b)).toEqual(
+    Array.from({ length: 30 }, (_, n) => n).filter((n) => n !== 7),
+  );
+});
+
 it('with the adapter gone, a send is queued and the status says so', async () => {
   const adapter = await startTestAdapter();
   const pm = await sidecarFor('pm', adapter);
@@ -231,9 +273,11 @@ it('sends complete while 20 long polls are parked, and the breaker stays closed'
   // every one delivered, none queued behind the polls for want of a connection
   expect(sends.map((s) => s.status)).toEqual(Array(20).fill(201));
   expect(qa.service.status()).toMatchObject({ breaker: { state: 'closed' } });
-  // the adapter stops: the parked polls are answered (empty), the rest find it gone
+  // the adapter stops: the parked polls are answered (empty), the rest find it gone (their
+  // handlers attached first: they may settle while the adapter is stopping)
+  const settled = Promise.allSettled(polls);
   await adapter.stop();
-  await Promise.allSettled(polls);
+  await settled;
 });
 
 async function until(check: () => Promise<boolean>): Promise<void> {
