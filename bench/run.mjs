@@ -281,9 +281,9 @@ woken poll writes before it answers.
 ## Stored messages
 
 Sends at 16 in flight on a database already holding N messages (~1 KiB payloads, seeded through
-the store, all delivered), and the time from spawning the adapter to its ready line (WAL
-recovery, migrations, \`PRAGMA quick_check\` over the whole file, the first sweep) with the file in
-the page cache.
+the store, all delivered), and the time from spawning the adapter to its first 200 from /health
+(WAL recovery, migrations, the first sweep; \`PRAGMA quick_check\` over the whole file runs after
+ready, in its worker) with the file in the page cache.
 
 | stored | database | restart to ready | acked msgs/s | p50 ms | p99 ms |
 |---|---|---|---|---|---|

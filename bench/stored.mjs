@@ -1,8 +1,9 @@
 // Send latency with many messages already stored, and restart-to-ready time. For each size
 // (default 0, 100K, 1M) a database is seeded in-process through the store itself (~1 KiB
 // payloads, spread over the seed's channels, already delivered: no pending deliveries), then
-// the adapter is started on it: restart-to-ready is spawn to the first 200 from /health
-// (WAL recovery, migrations, PRAGMA quick_check); then acked sends at 16 in flight.
+// the adapter is started on it: restart-to-ready is spawn to its ready line, when /health turns
+// 200 (WAL recovery, migrations, the first sweep); then acked sends at 16 in flight, the first
+// of them while PRAGMA quick_check still runs in its worker (ready does not wait for it).
 //
 //   node bench/stored.mjs [--sizes 0,100000,1000000] [--seconds 5]
 import { createHash } from 'node:crypto';

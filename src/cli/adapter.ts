@@ -55,8 +55,10 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     `adapter listening on ${adapter.url}`,
   );
 
+  let stopping = false;
   const stopped = new Promise<number>((resolve) => {
     const stop = (signal: string) => {
+      stopping = true;
       logger.info({ signal }, 'adapter stopping: intake closed, finishing commits in flight');
       adapter.close().then(
         () => resolve(finish(0)),
@@ -69,17 +71,28 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
-  try {
-    await adapter.ready;
-    logger.info({ url: adapter.url }, 'adapter ready: store open and quick_check passed');
-  } catch (err) {
+  const failed = async (err: unknown): Promise<number> => {
     logger.fatal({ err }, `adapter store failed its integrity check: ${(err as Error).message}`);
     emergencies.raise({
       reason: 'integrity',
       message: `adapter store failed its integrity check: ${(err as Error).message}`,
     });
+    if (stopping) return stopped.then(() => 1);
     await adapter.close();
     return finish(1);
+  };
+  try {
+    await adapter.ready;
+  } catch (err) {
+    return failed(err);
   }
-  return stopped;
+  logger.info(
+    { url: adapter.url },
+    'adapter ready: store open, first sweep done; quick_check runs in the background',
+  );
+  // close() waits for the check, so this settles before a stop does.
+  return adapter.integrity.then((ms) => {
+    logger.info({ ms }, `quick_check passed in ${ms} ms`);
+    return stopped;
+  }, failed);
 }

@@ -1,6 +1,6 @@
 /**
  * PRAGMA quick_check reads every page: seconds on a large file. It runs on its own read-only
- * connection in a worker thread so /healthz keeps answering meanwhile. The worker is plain
+ * connection in a worker thread so the adapter serves meanwhile (server.ts). The worker is plain
  * JavaScript evaluated from a string so it runs the same from src/ (tests) and dist/.
  */
 import { createRequire } from 'node:module';

@@ -1,6 +1,7 @@
 /**
- * A database whose pages are broken: PRAGMA quick_check fails at start, the adapter never
- * turns ready, says what it found, and exits non-zero so the supervisor and the operator see it.
+ * A database whose pages are broken: PRAGMA quick_check, which runs in the background once the
+ * adapter is ready, fails; the adapter says what it found and exits non-zero so the supervisor
+ * and the operator see it.
  */
 import { randomUUID } from 'node:crypto';
 import { closeSync, openSync, writeSync } from 'node:fs';
@@ -13,7 +14,7 @@ import { tempDir, writeTopology } from '../helpers/topology.js';
 const { dir, cleanup } = tempDir('agw-qc-');
 afterAll(cleanup);
 
-it('a broken page stops the adapter before it is ready, with the finding in its log', {
+it('a broken page stops the adapter once quick_check ends, with the finding in its log', {
   timeout: 60_000,
 }, async () => {
   const db = join(dir, 'a.db');
@@ -55,5 +56,8 @@ it('a broken page stops the adapter before it is ready, with the finding in its 
     .map((l) => JSON.parse(l) as { msg: string });
   expect(fatal).toHaveLength(1);
   expect(fatal[0]!.msg).toMatch(/quick_check|malformed|corrupt/i);
-  expect(res.stdout).not.toContain('adapter ready');
+  // the pages scribbled over hold message rows, which start and the first sweep do not read
+  const ready = res.stdout.indexOf('"msg":"adapter ready');
+  expect(ready).toBeGreaterThan(-1);
+  expect(ready).toBeLessThan(res.stdout.indexOf('"level":60'));
 });
