@@ -2,6 +2,8 @@
 //
 //   npm run bench                      (from the repository root: builds, then runs this)
 //   node bench/run.mjs --seconds 5     (each measurement's length; default 5)
+//   node bench/run.mjs --before DIR    (also runs the path benchmarks against DIR, another
+//                                       checkout, built: a before/after table from one run)
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -13,14 +15,21 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '5' },
     // write RESULTS.md from the JSON lines of an earlier run instead of running again
     from: { type: 'string' },
+    before: { type: 'string' },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
 
-function run(script, args) {
+/** Runs one benchmark script; its JSON lines, each tagged with `build` (after: this checkout). */
+function run(script, args, build = 'after') {
+  const env =
+    build === 'after'
+      ? process.env
+      : { ...process.env, AGW_BENCH_CLI: `${values.before}/dist/cli/main.js` };
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [here + script, ...args], {
       stdio: ['ignore', 'pipe', 'inherit'],
+      env,
     });
     const rows = [];
     let buf = '';
@@ -29,8 +38,9 @@ function run(script, args) {
       for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 1);
-        process.stdout.write(`${line}\n`);
-        rows.push(JSON.parse(line));
+        const row = { ...JSON.parse(line), build };
+        process.stdout.write(`${JSON.stringify(row)}\n`);
+        rows.push(row);
       }
     });
     child.once('exit', (code) =>
@@ -54,6 +64,24 @@ const rows = values.from
       ...(await run('peers-fanout.mjs', ['--seconds', seconds])),
       ...(await run('stored.mjs', ['--seconds', seconds])),
       ...(await run('sidecar.mjs', ['--seconds', seconds])),
+      ...(await run('trip.mjs', [
+        '--seconds',
+        String(Number(seconds) * 2),
+        '--send-seconds',
+        seconds,
+        '--fsyncs',
+      ])),
+      ...(values.before
+        ? [
+            ...(await run(
+              'trip.mjs',
+              ['--seconds', String(Number(seconds) * 2), '--send-seconds', seconds, '--fsyncs'],
+              'before',
+            )),
+            ...(await run('fanout.mjs', ['--seconds', seconds], 'before')),
+            ...(await run('sidecar.mjs', ['--seconds', seconds], 'before')),
+          ]
+        : []),
       ...(await run('send.mjs', [
         '--seconds',
         seconds,
@@ -109,6 +137,58 @@ const peer = (target, inflight) =>
 const fan = rows.find((r) => r.bench === 'fanout');
 const drain = rows.find((r) => r.bench === 'sidecar-drain');
 const idle = rows.find((r) => r.bench === 'sidecar-idle');
+const of = (build, bench, q = {}) =>
+  rows.find(
+    (r) =>
+      r.build === build && r.bench === bench && Object.entries(q).every(([k, v]) => r[k] === v),
+  );
+const pgE2e = rows.find((r) => r.bench === 'peer-e2e' && r.target === 'postgresql');
+const cpuCell = (r) =>
+  r
+    ? Object.entries(r.cpu_us)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')
+    : '-';
+const fsyncCell = (r) =>
+  r
+    ? Object.entries(r.per_trip)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')
+    : '-';
+const sendRatio = (build, n) => {
+  const sc = of(build, 'trip-send', { route: 'sidecars', inflight: n });
+  const d = of(build, 'trip-send', { route: 'direct', inflight: n });
+  return sc && d ? `${round(sc.per_second / d.per_second, 2)}×` : '-';
+};
+const beforeAfter = [
+  ...['direct', 'sidecars'].map((route) => [
+    `end to end at 500 msg/s, ${route === 'direct' ? 'direct to the adapter' : 'through two sidecars'}: p50 / p99 ms`,
+    (b) => {
+      const r = of(b, 'trip', { route });
+      return r ? `${r.p50_ms} / ${r.p99_ms}` : '-';
+    },
+  ]),
+  ...[1, 16, 64].map((n) => [
+    `acked sends/s through the sidecar at ${n} in flight (and its ratio to direct)`,
+    (b) => {
+      const r = of(b, 'trip-send', { route: 'sidecars', inflight: n });
+      return r ? `${r.per_second.toLocaleString('en')} (${sendRatio(b, n)})` : '-';
+    },
+  ]),
+  [
+    'fsyncs per trip through two sidecars, send to ack',
+    (b) => fsyncCell(of(b, 'trip-fsyncs', { route: 'sidecars' })),
+  ],
+  [
+    'CPU µs per message, through two sidecars',
+    (b) => cpuCell(of(b, 'trip', { route: 'sidecars' })),
+  ],
+  [
+    'fan-out to five: deliveries received and acked per second',
+    (b) => of(b, 'fanout')?.deliveries_per_second_while_sending?.toLocaleString('en') ?? '-',
+  ],
+  ['sidecar idle RSS, MiB', (b) => of(b, 'sidecar-idle')?.idle_rss_mib ?? '-'],
+];
 
 const md = `# Benchmark results
 
@@ -319,6 +399,44 @@ The issue's aim is +0.25 ms p50 and +0.6 ms p99 (Dapr's sidecar: +0.53 / +1.72 m
 sidecar's time goes: it parses and checks the envelope (so a bad one is never queued), then
 makes one more loopback HTTP round trip through an undici Pool and the breaker.
 
+## The path agents use: agent → sidecar → adapter → sidecar → agent
+
+\`bench/trip.mjs\`: pm's sidecar takes the sends, qa's sidecar serves qa's long polls and acks; the
+same sends direct to the adapter beside it. CPU is each process's user + system time over the
+measured part, per message; fsyncs are counted by strace in each process over 500 trips sent
+one at a time.
+
+| figure | direct to the adapter | through two sidecars |
+|---|---|---|
+${(() => {
+  const d = of('after', 'trip', { route: 'direct' });
+  const sc = of('after', 'trip', { route: 'sidecars' });
+  return [
+    `| end to end at ${sc?.rate ?? '?'} msg/s, p50 / p99 / max ms | ${d?.p50_ms} / ${d?.p99_ms} / ${d?.max_ms} | ${sc?.p50_ms} / ${sc?.p99_ms} / ${sc?.max_ms} |`,
+    `| the same, as a ratio to PostgreSQL LISTEN/NOTIFY's p50 / p99 (${pgE2e?.p50_ms} / ${pgE2e?.p99_ms} ms) | ${d && pgE2e ? `${round(d.p50_ms / pgE2e.p50_ms, 2)}× / ${round(d.p99_ms / pgE2e.p99_ms, 2)}×` : '-'} | ${sc && pgE2e ? `${round(sc.p50_ms / pgE2e.p50_ms, 2)}× / ${round(sc.p99_ms / pgE2e.p99_ms, 2)}×` : '-'} |`,
+    ...[1, 16, 64].map((n) => {
+      const a = of('after', 'trip-send', { route: 'direct', inflight: n });
+      const b = of('after', 'trip-send', { route: 'sidecars', inflight: n });
+      return `| acked sends at ${n} in flight: msgs/s, p50 / p99 ms | ${a ? `${a.per_second.toLocaleString('en')}, ${a.p50_ms} / ${a.p99_ms}` : '-'} | ${b ? `${b.per_second.toLocaleString('en')}, ${b.p50_ms} / ${b.p99_ms} (${sendRatio('after', n)})` : '-'} |`;
+    }),
+    `| fsyncs per trip, send to ack | ${fsyncCell(of('after', 'trip-fsyncs', { route: 'direct' }))} | ${fsyncCell(of('after', 'trip-fsyncs', { route: 'sidecars' }))} |`,
+    `| CPU µs per message at ${sc?.rate ?? '?'} msg/s | ${cpuCell(d)} | ${cpuCell(sc)} |`,
+  ].join('\n');
+})()}
+
+${
+  values.before || rows.some((r) => r.build === 'before')
+    ? `### Before and after, in this run
+
+"Before" is the checkout given with \`--before\` (${values.before ?? 'an earlier checkout'}), run in the same
+session on the same machine, right after "after".
+
+| figure | before | after |
+|---|---|---|
+${beforeAfter.map(([label, get]) => `| ${label} | ${get('before')} | ${get('after')} |`).join('\n')}
+`
+    : ''
+}
 ## Raw measurements
 
 \`\`\`
