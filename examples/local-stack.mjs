@@ -1,7 +1,8 @@
 // The local stack behind `npm start`: the adapter on examples/topology.yaml and one sidecar per
 // agent on consecutive loopback ports, SQLite files under ./data, a table of who listens where.
 // Ctrl-C (or SIGTERM) stops them all. The development tokens are `dev-token-<agent>`, as the
-// comment in examples/topology.yaml says.
+// comment in examples/topology.yaml says; the adapter accepts them only with
+// AGW_ALLOW_DEV_TOKENS=1, set here.
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -50,7 +51,9 @@ try {
       '--listen',
       `127.0.0.1:${adapterPort}`,
     ],
-    {},
+    // examples/topology.yaml holds the public development tokens' hashes, which the adapter
+    // refuses unless told that this is a local stack
+    { AGW_ALLOW_DEV_TOKENS: '1' },
     (e) => e.msg?.startsWith('adapter ready'),
   );
   const rows = [['adapter', adapterUrl]];

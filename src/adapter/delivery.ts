@@ -7,6 +7,9 @@
  * new deliveries in it, and each of their waiters leases again. No polling loop. The timer is
  * armed for the next moment something falls due (a lease expiry, a retry's backoff end, an
  * alert window), never on a fixed tick, and re-armed only when a commit says timing changed.
+ *
+ * Every poll, ack, nack and lease extension passing here tells the stall watch (stalls.ts) that
+ * its agent is alive; a parked poll counts as polling for as long as it waits.
  */
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
@@ -21,6 +24,7 @@ import type {
   Store,
 } from '../store/store.js';
 import type { GroupCommit } from './group-commit.js';
+import { StallWatch } from './stalls.js';
 
 interface Waiter {
   readonly wake: (woken: boolean) => void;
@@ -31,8 +35,15 @@ export interface DeliveryOptions {
   readonly commits: GroupCommit;
   readonly now: () => number;
   readonly logger: Logger;
-  /** CRIT journald entries for dead-letter and integrity alerts; none when absent. */
+  /** CRIT journald entries for dead-letter, integrity and stall alerts; none when absent. */
   readonly emergencies?: Emergencies;
+  /** Stalled agents are watched when given (stalls.ts): the topology's agents and alerts_to. */
+  readonly stalls?: {
+    readonly agents: readonly string[];
+    readonly alertsTo: string;
+    /** AGW_STALL_S in ms. Default 120,000. */
+    readonly stallMs?: number;
+  };
 }
 
 export class DeliveryService {
@@ -42,6 +53,8 @@ export class DeliveryService {
   readonly #logger: Logger;
   readonly #emergencies: Emergencies | undefined;
   readonly #waiters = new Map<string, Set<Waiter>>();
+  /** Who polled when, and the stall check; undefined when not asked for. */
+  readonly stalls: StallWatch | undefined;
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Number.POSITIVE_INFINITY;
   #stopped = false;
@@ -52,17 +65,29 @@ export class DeliveryService {
     this.#now = opts.now;
     this.#logger = opts.logger;
     this.#emergencies = opts.emergencies;
+    this.stalls =
+      opts.stalls &&
+      new StallWatch({
+        ...opts,
+        ...opts.stalls,
+        polling: (agent) => (this.#waiters.get(agent)?.size ?? 0) > 0,
+      });
     this.#commits.on('commit', (_stats, effects) => this.#afterCommit(effects));
   }
 
-  /** Sweeps what fell due while the adapter was down, then keeps the timer armed. */
-  start(): Promise<void> {
-    return this.#sweep();
+  /**
+   * Sweeps what fell due while the adapter was down, then keeps the timer armed; the stall
+   * check starts once that sweep is done.
+   */
+  async start(): Promise<void> {
+    await this.#sweep();
+    this.stalls?.start();
   }
 
   /** Stops the timer and answers every parked poll with what it has (nothing). */
   stop(): void {
     this.#stopped = true;
+    this.stalls?.stop();
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     for (const set of this.#waiters.values()) for (const w of set) w.wake(false);
     this.#waiters.clear();
@@ -70,21 +95,24 @@ export class DeliveryService {
 
   /**
    * Up to `max` of the agent's ready deliveries, leased; waits up to waitS seconds for one to
-   * arrive when there are none. `closed` settles when the client goes away.
+   * arrive when there are none. `closed` settles when the client goes away. With `maxBytes`, no
+   * more are leased than fit in it (the first always).
    */
   async inbox(
     agent: string,
     waitS: number,
     max: number,
     closed: Promise<unknown>,
+    maxBytes?: number,
   ): Promise<DeliveryJson[]> {
+    this.stalls?.active(agent);
     const deadline = this.#now() + waitS * 1000;
     let gone = false;
     closed.then(() => {
       gone = true;
     });
     for (;;) {
-      const got = await this.#commits.run({ op: 'lease', agent, max, now: this.#now() });
+      const got = await this.#commits.run({ op: 'lease', agent, max, now: this.#now(), maxBytes });
       if (got.length > 0 || gone || this.#stopped) return got;
       const left = deadline - this.#now();
       if (left <= 0) return [];
@@ -93,12 +121,14 @@ export class DeliveryService {
   }
 
   async ack(agent: string, ids: readonly number[]) {
+    this.stalls?.active(agent);
     const r = await this.#commits.run({ op: 'ack', agent, ids });
     return { acked: r.acked, dead_lettered: r.dead, unknown: r.unknown };
   }
 
   /** Failed attempts; with `retry` false, dead letters at once (`rejected`, `reason` kept). */
   nack(agent: string, n: Nack): Promise<OpResults['nack']> {
+    this.stalls?.active(agent);
     return this.#commits.run({
       op: 'nack',
       agent,
@@ -111,6 +141,7 @@ export class DeliveryService {
 
   /** The agent is still working: each lease now ends extendMs from now. */
   async extend(agent: string, e: LeaseExtension) {
+    this.stalls?.active(agent);
     const leases = await this.#commits.run({
       op: 'extend',
       agent,
@@ -142,36 +173,26 @@ export class DeliveryService {
     return this.#store.agents(ids);
   }
 
-  deadLetters(after: number, limit: number): string[] {
-    return this.#store.deadLetters(after, limit);
+  deadLetters(after: number, limit: number, maxBytes?: number): string[] {
+    return this.#store.deadLetters(after, limit, maxBytes);
   }
 
   replayDeadLetter(id: number): Promise<OpResults['replay_dead_letter']> {
     return this.#commits.run({ op: 'replay_dead_letter', id, now: this.#now() });
   }
 
-  /**
-   * A stored message failed its checksum on `agent`'s read: log at fatal and alert alerts_to
-   * (aggregated like every alert). /health reads the store's corruption flag.
-   */
-  reportCorruption(agent: string, err: GatewayError): void {
-    this.#logger.fatal({ agent, detail: this.#store.corruption }, `integrity: ${err.message}`);
-    const messageId = this.#store.corruption ?? '';
-    this.#commits
-      .run({
-        op: 'alert',
-        recipient: agent,
-        reason: 'checksum_mismatch',
-        messageId,
-        now: this.#now(),
-      })
-      .catch((e: unknown) => this.#logger.error({ err: e }, 'could not raise the integrity alert'));
-  }
-
   #afterCommit(fx: CommitEffects): void {
-    for (const alert of fx.alerts) this.#raise(alert);
+    // parked polls and the timer first: a CRIT entry that cannot be written must leave no poll
+    // waiting for its timeout and no lease expiry unswept
     for (const agent of fx.woken) this.#wake(agent);
     if (fx.timingChanged) this.#arm();
+    for (const alert of fx.alerts) {
+      try {
+        this.#raise(alert);
+      } catch (err) {
+        this.#logger.error({ err, kind: alert.kind }, 'could not write the CRIT entry of an alert');
+      }
+    }
   }
 
   /** Dead-letter and integrity alerts also go to journald as CRIT entries. */
@@ -183,12 +204,18 @@ export class DeliveryService {
           ? 'dead_letter'
           : undefined;
     if (reason === undefined) return;
+    // A corrupt row is quarantined by the store (never served, its delivery dead-lettered, its
+    // channel released); the log and the CRIT entry say so.
+    const message =
+      reason !== 'integrity'
+        ? `${a.payload.count} deliveries to ${a.payload.recipient} dead-lettered (${a.payload.reason})`
+        : a.payload.reason === 'integrity'
+          ? `${a.payload.count} stored message(s) to ${a.payload.recipient} failed their checksum: quarantined to the dead letters, never served`
+          : `${a.payload.count} stored message(s) of ${a.payload.recipient} failed their checksum on a read: skipped, never served`;
+    if (reason === 'integrity') this.#logger.error({ alert: a.payload }, `integrity: ${message}`);
     this.#emergencies?.raise({
       reason,
-      message:
-        reason === 'integrity'
-          ? `stored message failed its checksum on ${a.payload.recipient}'s read`
-          : `${a.payload.count} deliveries to ${a.payload.recipient} dead-lettered (${a.payload.reason})`,
+      message,
       fields: {
         AGW_RECIPIENT: a.payload.recipient,
         AGW_DETAIL: a.payload.reason,
@@ -210,6 +237,8 @@ export class DeliveryService {
         wake: (woken) => {
           clearTimeout(timer);
           waiters.delete(waiter);
+          // a parked poll ends: the agent polled until now
+          this.stalls?.active(agent);
           resolve(woken);
         },
       };

@@ -32,6 +32,11 @@ export interface GroupCommitEvents {
   commit: [stats: CommitStats, effects: CommitEffects];
   /** A group's transaction failed and rolled back; everyone in it was told to retry. */
   'commit:error': [err: unknown];
+  /**
+   * A listener of `commit` or `commit:error` threw. The group stands (committed or rolled back)
+   * and everyone in it is answered as if it had not; the other listeners still ran.
+   */
+  'listener:error': [err: unknown, event: 'commit' | 'commit:error'];
 }
 
 export interface GroupCommitOptions {
@@ -110,7 +115,7 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
     } catch (err) {
       // The transaction rolled back: nothing of this group was written, so nobody is acked
       // and every sender may retry with the same key.
-      this.emit('commit:error', err);
+      this.#tell('commit:error', err);
       const failure = new GatewayError(
         'storage_error',
         'the message store could not commit; retry',
@@ -120,11 +125,31 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
       return;
     }
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-    this.emit('commit', { messages, operations: group.length, seconds }, committed.effects);
+    this.#tell('commit', { messages, operations: group.length, seconds }, committed.effects);
     group.forEach((p, i) => {
       const r = committed.results[i]!;
       if ('ok' in r) p.resolve(r.ok);
       else p.reject(r.err);
     });
+  }
+
+  /**
+   * Emits to each listener on its own: one that throws (an effect's bug, a journald write that
+   * fails) must neither skip the others nor escape flush(), where it would leave the group's
+   * senders unanswered and, thrown from setImmediate, stop the process.
+   */
+  #tell<E extends 'commit' | 'commit:error'>(event: E, ...args: GroupCommitEvents[E]): void {
+    // raw: a once() listener still removes itself when called
+    for (const listener of this.rawListeners(event)) {
+      try {
+        (listener as (...a: GroupCommitEvents[E]) => void)(...args);
+      } catch (err) {
+        try {
+          this.emit('listener:error', err, event);
+        } catch {
+          // the reporter itself failed: nothing more can be done here without risking the group
+        }
+      }
+    }
   }
 }

@@ -7,7 +7,8 @@ import { type Assignment, parseEnvelope } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { fingerprint } from '../protocol/fingerprint.js';
 import { parseJson } from '../protocol/http.js';
-import { MAX_BATCH } from '../protocol/limits.js';
+import { MAX_BATCH, pageBudget } from '../protocol/limits.js';
+import { messageIdOf, sequenceOf } from '../protocol/wire.js';
 import type { MessageDraft, Store } from '../store/store.js';
 import type { GroupCommit } from './group-commit.js';
 import { assertReader, route } from './routing.js';
@@ -99,7 +100,9 @@ export async function postBatch(
  * A page of a channel's history, for its members, in sequence order, with the state of the
  * reader's own delivery of each message it had one of (`delivery_states`, by message_id): a
  * sidecar repairing a gap hands over only what was acked elsewhere, never what was evicted or
- * dead-lettered for its agent.
+ * dead-lettered for its agent. The page ends early at `maxPageBytes` (holding one message at
+ * least); `next_after` is the `after` of the next page (the last sequence on this one), null
+ * when this one is empty: a reader goes on until then, never stops at a short page.
  */
 export function readChannel(
   ctx: WriteContext,
@@ -107,11 +110,18 @@ export function readChannel(
   channel: string,
   after: number,
   limit: number,
+  maxPageBytes: number,
 ): string {
   assertReader(ctx.topology, reader, channel);
-  const rows = ctx.store.channelMessages(channel, after, limit);
-  const states = ctx.store.pageDeliveries(reader, channel, after, limit);
-  return `{"messages":[${rows.join(',')}],"delivery_states":${JSON.stringify(states)}}`;
+  const rows = ctx.store.channelMessages(channel, after, limit, pageBudget(maxPageBytes));
+  if (rows.length === 0) return '{"messages":[],"delivery_states":{},"next_after":null}';
+  const last = sequenceOf(rows[rows.length - 1]!);
+  // a window that holds the page (its sequences are distinct, from after + 1 to last), less
+  // what it holds beyond the page: the page's bound covers the states of its own messages only
+  const window = ctx.store.pageDeliveries(reader, channel, after, Math.min(limit, last - after));
+  const states: Record<string, string> = {};
+  for (const id of rows.map(messageIdOf)) if (Object.hasOwn(window, id)) states[id] = window[id]!;
+  return `{"messages":[${rows.join(',')}],"delivery_states":${JSON.stringify(states)},"next_after":${last}}`;
 }
 
 function toDraft(

@@ -2,11 +2,15 @@
  * The adapter's Prometheus metrics, on a registry of its own so that several adapters in one
  * process (tests) do not share counters. Commit figures are observed once per commit; the
  * delivery counters are read from the store's tallies when /metrics is scraped.
+ *
+ * Names follow Prometheus' conventions: base units in the name (`_seconds`, `_bytes`), `_total`
+ * on counters and only on them, `_timestamp_seconds` for a moment as Unix time.
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { isGatewayError } from '../protocol/errors.js';
 import type { Store } from '../store/store.js';
 import type { GroupCommit } from './group-commit.js';
+import type { StallWatch } from './stalls.js';
 
 export class AdapterMetrics {
   readonly registry = new Registry();
@@ -34,52 +38,99 @@ export class AdapterMetrics {
     registers: [this.registry],
   });
 
+  readonly #agents: readonly string[];
+
   constructor(store: Store, commits: GroupCommit, agents: readonly string[]) {
+    this.#agents = agents;
     commits.on('commit', (s) => {
       this.#commitSize.observe(s.messages);
       this.#commitSeconds.observe(s.seconds);
     });
     commits.on('commit:error', () => this.#commitErrors.inc());
     const stats = store.stats;
-    const tally = (name: string, help: string, read: () => number) =>
-      new Gauge({
+    const registers = [this.registry];
+    // Totals since start, kept by the store: counters whose value is read at scrape time.
+    // (prom-client's Counter has no set; reset then inc within one synchronous collect is one.)
+    const total = (name: string, help: string, read: () => number) =>
+      new Counter({
         name,
         help,
-        registers: [this.registry],
+        registers,
         collect() {
-          this.set(read());
+          this.reset();
+          this.inc(read());
         },
       });
-    // Totals since start, exposed as gauges read at scrape time (counters cannot be set).
-    tally(
+    total(
       'agw_deliveries_enqueued_total',
       'Delivery rows created (one per recipient).',
       () => stats.enqueued,
     );
-    tally(
+    total(
       'agw_deliveries_handed_out_total',
       'Deliveries leased to their agent.',
       () => stats.handedOut,
     );
-    tally('agw_redeliveries_total', 'Hand-outs after the first attempt.', () => stats.redelivered);
-    tally('agw_acks_total', 'Deliveries acked.', () => stats.acked);
-    tally('agw_alerts_total', 'Alerts sent to the alerts_to agent.', () => stats.alerts);
-    new Gauge({
+    total('agw_redeliveries_total', 'Hand-outs after the first attempt.', () => stats.redelivered);
+    total('agw_acks_total', 'Deliveries acked.', () => stats.acked);
+    total(
+      'agw_alerts_total',
+      'Aggregated alerts (dead letters, overruns, integrity) sent to the alerts_to agent.',
+      () => stats.alerts,
+    );
+    new Counter({
       name: 'agw_dead_letters_total',
       help: 'Dead letters since start, by reason.',
       labelNames: ['reason'],
-      registers: [this.registry],
+      registers,
       collect() {
-        for (const [reason, n] of Object.entries(stats.deadLetters)) this.set({ reason }, n);
+        this.reset();
+        for (const [reason, n] of Object.entries(stats.deadLetters)) this.inc({ reason }, n);
       },
     });
     new Gauge({
       name: 'agw_queue_depth',
       help: 'Pending plus leased deliveries per agent.',
       labelNames: ['agent'],
-      registers: [this.registry],
+      registers,
       collect() {
         for (const agent of agents) this.set({ agent }, store.depth(agent).all);
+      },
+    });
+  }
+
+  /**
+   * Each agent's oldest pending age and last poll (stalls.ts), and the stalls alerted: what an
+   * operator's own alert rules need (`agw_agent_oldest_pending_age_seconds > 120`).
+   */
+  watchStalls(stalls: StallWatch): void {
+    const agents = this.#agents;
+    const registers = [this.registry];
+    new Gauge({
+      name: 'agw_agent_oldest_pending_age_seconds',
+      help: 'How long the oldest pending delivery of each agent has waited since it was ready (0: none).',
+      labelNames: ['agent'],
+      registers,
+      collect() {
+        for (const agent of agents) this.set({ agent }, stalls.oldestPendingAgeMs(agent) / 1000);
+      },
+    });
+    new Gauge({
+      name: 'agw_agent_last_poll_timestamp_seconds',
+      help: 'When each agent last polled, acked, nacked or extended a lease, Unix time (now while a poll is parked; 0: not since the adapter started).',
+      labelNames: ['agent'],
+      registers,
+      collect() {
+        for (const agent of agents) this.set({ agent }, (stalls.lastPollAt(agent) ?? 0) / 1000);
+      },
+    });
+    new Gauge({
+      name: 'agw_agent_stalled',
+      help: '1 while an agent is in a stall it was alerted for (alert/stalled), else 0.',
+      labelNames: ['agent'],
+      registers,
+      collect() {
+        for (const agent of agents) this.set({ agent }, stalls.stalled.has(agent) ? 1 : 0);
       },
     });
   }

@@ -15,8 +15,10 @@ import {
   MAX_WAIT_S,
   PAGE_DEFAULT_LIMIT,
   PAGE_MAX_LIMIT,
+  pageBudget,
 } from '../protocol/limits.js';
 import { type Route, route } from '../protocol/router.js';
+import { deadLetterIdOf } from '../protocol/wire.js';
 import type { DeliveryService } from './delivery.js';
 import { postBatch, postMessage, readChannel, type WriteContext } from './messages.js';
 import type { AdapterMetrics } from './metrics.js';
@@ -35,6 +37,10 @@ export interface RouteDeps {
   readonly topology: Topology;
   /** AGW_MAX_LEASE_MS: the longest lease an extension may ask for. */
   readonly maxLeaseMs: number;
+  /** AGW_MAX_PAGE_BYTES: the byte bound of a replay, inbox or dead-letter page. */
+  readonly maxPageBytes: number;
+  /** AGW_MAX_POLLS_PER_AGENT: concurrent GET /v1/inbox of one agent; past it 429. */
+  readonly maxPollsPerAgent: number;
   /** 200 when ready; throws not_ready with the reason otherwise. */
   readonly health: () => void;
 }
@@ -50,6 +56,8 @@ const limitParam = (q: URLSearchParams) =>
 export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
   const { write, delivery, metrics, topology } = d;
   const maxBytes = write.maxMessageBytes;
+  const { maxPageBytes } = d;
+  const polls = new PollCount(d.maxPollsPerAgent);
   return [
     route({
       method: 'GET',
@@ -103,7 +111,14 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       path: '/v1/channels/:name/messages',
       who: 'agent',
       handler: ({ ctx, params, query }) => ({
-        body: readChannel(write, ctx.agent, params.name!, afterParam(query), limitParam(query)),
+        body: readChannel(
+          write,
+          ctx.agent,
+          params.name!,
+          afterParam(query),
+          limitParam(query),
+          maxPageBytes,
+        ),
       }),
     }),
     route({
@@ -113,9 +128,15 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       handler: async ({ ctx, query, res }) => {
         const wait = intParam(query, 'wait', 0, 0, MAX_WAIT_S);
         const max = intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX);
-        const closed = new Promise((resolve) => res.once('close', resolve));
-        const got = await delivery.inbox(ctx.agent, wait, max, closed);
-        return { body: `{"deliveries":[${got.join(',')}]}` };
+        polls.enter(ctx.agent);
+        try {
+          const closed = new Promise((resolve) => res.once('close', resolve));
+          const budget = pageBudget(maxPageBytes);
+          const got = await delivery.inbox(ctx.agent, wait, max, closed, budget);
+          return { body: `{"deliveries":[${got.join(',')}]}` };
+        } finally {
+          polls.leave(ctx.agent);
+        }
       },
     }),
     route({
@@ -185,8 +206,11 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       path: '/v1/dead-letters',
       who: 'alerts_to',
       handler: ({ query }) => {
-        const rows = delivery.deadLetters(afterParam(query), limitParam(query));
-        return { body: `{"dead_letters":[${rows.join(',')}]}` };
+        const limit = limitParam(query);
+        const rows = delivery.deadLetters(afterParam(query), limit, pageBudget(maxPageBytes));
+        // as for replay: the `after` of the next page, null once a page is empty
+        const next = rows.length === 0 ? null : deadLetterIdOf(rows[rows.length - 1]!);
+        return { body: `{"dead_letters":[${rows.join(',')}],"next_after":${next}}` };
       },
     }),
     route({
@@ -203,4 +227,32 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       },
     }),
   ];
+}
+
+/**
+ * Concurrent inbox requests per agent. A parked poll costs a socket and, once woken, a page of
+ * up to AGW_MAX_PAGE_BYTES; without a bound one agent's token could hold thousands. Past it the
+ * request is refused at once with 429 and Retry-After: 1 (the sidecar keeps 16 at most).
+ */
+class PollCount {
+  readonly #open = new Map<string, number>();
+  constructor(readonly max: number) {}
+
+  enter(agent: string): void {
+    const n = this.#open.get(agent) ?? 0;
+    if (n >= this.max) {
+      throw new GatewayError(
+        'too_many_polls',
+        `${agent} already has ${n} inbox requests open (AGW_MAX_POLLS_PER_AGENT); retry when one ends`,
+        { retryAfterS: 1 },
+      );
+    }
+    this.#open.set(agent, n + 1);
+  }
+
+  leave(agent: string): void {
+    const n = (this.#open.get(agent) ?? 1) - 1;
+    if (n === 0) this.#open.delete(agent);
+    else this.#open.set(agent, n);
+  }
 }

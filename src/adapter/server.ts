@@ -20,6 +20,7 @@ import { Retention } from './retention.js';
 import { adapterRoutes, type Caller, type Who } from './routes.js';
 import { allChannels } from './routing.js';
 import type { AdapterSettings } from './settings.js';
+import { StorageWatch } from './storage-health.js';
 import { agentForTokenHash, type Topology } from './topology.js';
 
 export interface AdapterOptions {
@@ -34,6 +35,11 @@ export interface AdapterOptions {
   readonly notify?: SdNotify;
   /** The clock, ms since the epoch; tests move it. Default Date.now. */
   readonly now?: () => number;
+  /**
+   * While writes keep failing on the storage, how often a probe write is tried, ms (default
+   * 5,000; storage-health.ts). Tests lengthen it to watch the failing state without a race.
+   */
+  readonly storageProbeMs?: number;
 }
 
 export interface Adapter {
@@ -63,6 +69,12 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   commits.on('commit:error', (err) =>
     logger.error({ err }, 'group commit failed; its senders were told to retry'),
   );
+  commits.on('listener:error', (err, event) =>
+    logger.error(
+      { err, event },
+      `an effect of a group commit failed (${event}); its answers went out`,
+    ),
+  );
   const metrics = new AdapterMetrics(store, commits, [...topology.agents.keys()]);
   const delivery = new DeliveryService({
     store,
@@ -70,6 +82,19 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     now,
     logger,
     emergencies: opts.emergencies,
+    stalls: {
+      agents: [...topology.agents.keys()],
+      alertsTo: topology.alertsTo,
+      stallMs: settings.stallS * 1000,
+    },
+  });
+  if (delivery.stalls !== undefined) metrics.watchStalls(delivery.stalls);
+  const storage = new StorageWatch({
+    commits,
+    logger,
+    now,
+    emergencies: opts.emergencies,
+    probeMs: opts.storageProbeMs,
   });
   const retention = new Retention({
     commits,
@@ -91,16 +116,22 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       metrics,
       topology,
       maxLeaseMs: settings.maxLeaseMs,
+      maxPageBytes: settings.maxPageBytes,
+      maxPollsPerAgent: settings.maxPollsPerAgent,
+      // 503 while starting or stopping, once quick_check failed, and while writes keep failing
+      // on the storage. Not for a corrupt row (quarantined, the rest is served) nor a storage
+      // bound reached (storage_full refuses new messages; everything else works).
       health: () => {
-        const corruption = store.corruption ?? checkFailed;
-        if (ready && !closing && corruption === undefined) return;
+        const problem =
+          checkFailed !== undefined
+            ? `integrity: ${checkFailed}`
+            : storage.failing !== undefined
+              ? `storage: ${storage.failing}`
+              : undefined;
+        if (ready && !closing && problem === undefined) return;
         throw new GatewayError(
           'not_ready',
-          closing
-            ? 'the adapter is shutting down'
-            : corruption !== undefined
-              ? `integrity: ${corruption}`
-              : 'the adapter is starting',
+          closing ? 'the adapter is shutting down' : (problem ?? 'the adapter is starting'),
         );
       },
     }),
@@ -120,30 +151,36 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     return { agent };
   };
 
-  const server = createServer((req, res) => {
+  // Node's defaults hold a socket for 300 s of headers trickled a byte at a time and take any
+  // number of connections (slowloris). A request's timeouts end once it has fully arrived, so a
+  // long poll's wait (up to 30 s) is never cut by them.
+  const server = createServer({
+    headersTimeout: settings.headersTimeoutMs,
+    requestTimeout: settings.requestTimeoutMs,
+    connectionsCheckingInterval: settings.connectionsCheckingIntervalMs,
+  });
+  // Longer than any client's idle timeout (undici, the sidecar's and fetch's pool, follows the
+  // Keep-Alive hint this sends, less its 2 s margin), so the client closes an idle connection
+  // first and never sends a request on one the server is closing.
+  server.keepAliveTimeout = settings.keepAliveTimeoutMs;
+  // One past the cap is closed at once; 4,096 is far above six agents' sidecars (16 long polls
+  // and 16 calls each) and far below the file descriptors a pod gets.
+  server.maxConnections = settings.maxConnections;
+  server.on('request', (req, res) => {
     inFlight++;
     if (closing) res.setHeader('connection', 'close');
     res.once('close', () => {
       if (--inFlight === 0) idle?.();
     });
-    let caller = '';
-    table
-      .serve(req, res, (who, r) => {
-        const c = guard(who, r);
-        caller = c.agent;
-        return c;
-      })
-      .catch((err: unknown) => {
-        if (isGatewayError(err) && err.code === 'integrity_error')
-          delivery.reportCorruption(caller, err);
-        if (res.headersSent || res.destroyed) {
-          res.destroy();
-          return;
-        }
-        if (isGatewayError(err)) return sendError(res, err);
-        logger.error({ err, method: req.method, url: req.url }, 'request failed');
-        sendError(res, new GatewayError('internal', 'the adapter failed to handle the request'));
-      });
+    table.serve(req, res, guard).catch((err: unknown) => {
+      if (res.headersSent || res.destroyed) {
+        res.destroy();
+        return;
+      }
+      if (isGatewayError(err)) return sendError(res, err);
+      logger.error({ err, method: req.method, url: req.url }, 'request failed');
+      sendError(res, new GatewayError('internal', 'the adapter failed to handle the request'));
+    });
   });
 
   let url: string;
@@ -183,6 +220,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     server.close();
     server.closeIdleConnections();
     retention.stop();
+    storage.stop();
     // Parked polls answer now (empty); whatever was taken commits and is answered.
     delivery.stop();
     commits.flush();

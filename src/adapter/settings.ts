@@ -3,9 +3,14 @@
  * default. docs/reference/configuration.md describes them for operators.
  */
 import { z } from 'zod';
-import { DEFAULT_MAX_LEASE_MS, DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
+import {
+  DEFAULT_MAX_LEASE_MS,
+  DEFAULT_MAX_MESSAGE_BYTES,
+  DEFAULT_MAX_PAGE_BYTES,
+  DEFAULT_MAX_POLLS_PER_AGENT,
+} from '../protocol/limits.js';
 import { intSetting, listenSetting, type SettingSpec } from '../settings.js';
-import { DEFAULT_DELIVERY } from '../store/store.js';
+import { DEFAULT_DELIVERY, DEFAULT_STORAGE } from '../store/store.js';
 
 export const ADAPTER_SETTINGS = {
   /** Where the adapter listens. Default 0.0.0.0:8080. */
@@ -32,12 +37,55 @@ export const ADAPTER_SETTINGS = {
   retentionDays: { env: 'AGW_RETENTION_DAYS', default: '30' },
   /** Kinds retention never prunes, comma-separated. Default task/request,policy/update. */
   retentionKeepKinds: { env: 'AGW_RETENTION_KEEP_KINDS', default: 'task/request,policy/update' },
+  /**
+   * Bytes the store may use; past it new messages are refused (503 storage_full). Default
+   * 4294967296 (4 GiB: 80% of the 5 GiB volume k8s/ gives it).
+   */
+  maxStoreBytes: { env: 'AGW_MAX_STORE_BYTES', default: String(DEFAULT_STORAGE.maxBytes) },
+  /** Percent of AGW_MAX_STORE_BYTES one sender's messages may use. Default 50. */
+  senderSharePercent: {
+    env: 'AGW_SENDER_SHARE_PERCENT',
+    default: String(DEFAULT_STORAGE.senderShare * 100),
+  },
+  /** Bytes kept free on the store's volume; 0: not checked. Default 268435456 (256 MiB). */
+  minFreeBytes: { env: 'AGW_MIN_FREE_BYTES', default: String(DEFAULT_STORAGE.reserveBytes) },
+  /** Byte bound of a page (replay, inbox, dead letters): it ends early. Default 8388608 (8 MiB). */
+  maxPageBytes: { env: 'AGW_MAX_PAGE_BYTES', default: String(DEFAULT_MAX_PAGE_BYTES) },
+  /** A request's headers must arrive within this, ms (slowloris). Default 10000. */
+  headersTimeoutMs: { env: 'AGW_HEADERS_TIMEOUT_MS', default: '10000' },
+  /**
+   * A request, headers and body, must arrive within this, ms; a long poll's wait comes after it
+   * and is not in it. Default 30000.
+   */
+  requestTimeoutMs: { env: 'AGW_REQUEST_TIMEOUT_MS', default: '30000' },
+  /** How often the two timeouts above are checked, ms. Default 5000. */
+  connectionsCheckingIntervalMs: { env: 'AGW_CONNECTIONS_CHECKING_INTERVAL_MS', default: '5000' },
+  /** An idle keep-alive connection is closed after this, ms. Default 65000. */
+  keepAliveTimeoutMs: { env: 'AGW_KEEP_ALIVE_TIMEOUT_MS', default: '65000' },
+  /** Open connections at most; one more is closed at once. Default 4096. */
+  maxConnections: { env: 'AGW_MAX_CONNECTIONS', default: '4096' },
+  /** Concurrent GET /v1/inbox of one agent; past it 429 too_many_polls. Default 32. */
+  maxPollsPerAgent: {
+    env: 'AGW_MAX_POLLS_PER_AGENT',
+    default: String(DEFAULT_MAX_POLLS_PER_AGENT),
+  },
   /** stdout (default): JSON lines; journald: native entries to AGW_JOURNAL_SOCKET. */
   log: { env: 'AGW_LOG', default: 'stdout' },
   /** journald's native socket: CRIT entries for alerts, and the log with AGW_LOG=journald. */
   journalSocket: { env: 'AGW_JOURNAL_SOCKET', default: '/run/systemd/journal/socket' },
   /** pino level. Default info. */
   logLevel: { env: 'AGW_LOG_LEVEL', default: 'info' },
+  /**
+   * Seconds an agent may go without polling (or acking, nacking, extending a lease) while a
+   * delivery waits for it before it counts as stalled: alert/stalled and a CRIT entry, once per
+   * stall. Default 120: four default leases, far past a healthy agent's gap between two polls.
+   */
+  stallS: { env: 'AGW_STALL_S', default: '120' },
+  /**
+   * 1: start even when the topology holds the hash of a public development token
+   * (`dev-token-<id>`), as `npm start` does. Default 0: the adapter refuses to start.
+   */
+  allowDevTokens: { env: 'AGW_ALLOW_DEV_TOKENS', default: '0' },
 } as const satisfies Record<string, SettingSpec>;
 
 export const AdapterSettingsSchema = z
@@ -67,11 +115,23 @@ export const AdapterSettingsSchema = z
       }
       return kinds;
     }),
+    maxPageBytes: intSetting(65_536, 1024 * 1024 * 1024),
+    maxStoreBytes: intSetting(1024 * 1024, 2 ** 50),
+    senderSharePercent: intSetting(1, 100),
+    minFreeBytes: intSetting(0, 2 ** 50),
+    headersTimeoutMs: intSetting(100, 600_000),
+    requestTimeoutMs: intSetting(100, 3_600_000),
+    connectionsCheckingIntervalMs: intSetting(10, 60_000),
+    keepAliveTimeoutMs: intSetting(1000, 3_600_000),
+    maxConnections: intSetting(16, 1_000_000),
+    maxPollsPerAgent: intSetting(1, 10_000),
     log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
     journalSocket: z.string().min(1, 'must not be empty'),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
       error: 'must be one of fatal, error, warn, info, debug, trace, silent',
     }),
+    stallS: intSetting(1, 86_400),
+    allowDevTokens: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
   })
   .superRefine((s, ctx) => {
     if (s.maxLeaseMs < s.leaseMs) {
@@ -81,11 +141,18 @@ export const AdapterSettingsSchema = z
         message: `must be at least AGW_LEASE_MS (${s.leaseMs}): an extension may only lengthen a lease`,
       });
     }
+    if (s.headersTimeoutMs > s.requestTimeoutMs) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['headersTimeoutMs'],
+        message: `must be at most AGW_REQUEST_TIMEOUT_MS (${s.requestTimeoutMs}): the headers are part of the request`,
+      });
+    }
   });
 
 export type AdapterSettings = z.output<typeof AdapterSettingsSchema>;
 
-/** What the store needs of the settings: its durability and the delivery rules. */
+/** What the store needs of the settings: its durability, the delivery rules, its bounds. */
 export function storeOptions(settings: AdapterSettings, alertsTo: string) {
   return {
     sync: settings.sync,
@@ -95,6 +162,11 @@ export function storeOptions(settings: AdapterSettings, alertsTo: string) {
       maxRetries: settings.maxRetries,
       retryBaseMs: settings.retryBaseMs,
       alertsTo,
+    },
+    storage: {
+      maxBytes: settings.maxStoreBytes,
+      senderShare: settings.senderSharePercent / 100,
+      reserveBytes: settings.minFreeBytes,
     },
   } as const;
 }

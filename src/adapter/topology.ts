@@ -3,7 +3,7 @@
  * agent that receives alerts. Validated whole at start; membership is fixed until a restart
  * (seed 000, "Membership is static").
  */
-import { timingSafeEqual } from 'node:crypto';
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
@@ -22,7 +22,10 @@ const TopologySchema = z.strictObject({
         role: z.string().min(1).max(64).optional(),
         token_sha256: z
           .string()
-          .regex(/^[0-9a-fA-F]{64}$/, 'must be the hex SHA-256 of the token (64 hex digits)'),
+          .regex(
+            /^[0-9a-fA-F]{64}$/,
+            'must be the hex SHA-256 of the token (64 hex digits; docs/deploy.md, "Tokens", makes one)',
+          ),
       }),
     )
     .min(1, 'must list at least one agent'),
@@ -52,7 +55,21 @@ export class TopologyError extends SettingsError {
   override name = 'TopologyError';
 }
 
-export function loadTopology(path: string): Topology {
+export interface TopologyOptions {
+  /**
+   * Accept the hash of a public development token (`dev-token-<id>`, examples/topology.yaml)
+   * for a local stack (AGW_ALLOW_DEV_TOKENS=1, which `npm start` sets). Default false: such a
+   * topology is refused, since anyone who has read the examples could act as that agent.
+   */
+  readonly allowDevTokens?: boolean;
+}
+
+/** The development token of agent `id`: public, written in examples/ and docs. */
+export function devToken(id: string): string {
+  return `dev-token-${id}`;
+}
+
+export function loadTopology(path: string, opts: TopologyOptions = {}): Topology {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -67,22 +84,32 @@ export function loadTopology(path: string): Topology {
       `topology ${path}: not valid ${/\.json$/i.test(path) ? 'JSON' : 'YAML'}: ${firstLine(err)}`,
     );
   }
-  return compileTopology(raw, path);
+  return compileTopology(raw, path, opts);
 }
 
 /** Validates a parsed topology; `source` names it in errors. */
-export function compileTopology(raw: unknown, source = 'topology'): Topology {
+export function compileTopology(
+  raw: unknown,
+  source = 'topology',
+  opts: TopologyOptions = {},
+): Topology {
   const parsed = TopologySchema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const at = issue?.path.map(String).join('.') || '(root)';
-    throw new TopologyError(`topology ${source}: ${at}: ${issue?.message ?? 'invalid'}`);
+    throw new TopologyError(
+      `topology ${source}: ${at}: ${issue?.message ?? 'invalid'}${agentNamed(raw, issue?.path)}`,
+    );
   }
   const fail = (msg: string): never => {
     throw new TopologyError(`topology ${source}: ${msg}`);
   };
   const agents = new Map<string, Agent>();
   const hashes = new Map<string, string>();
+  // every agent's development token, by its hash: one agent holding another's is refused too
+  const devHashes = new Map(
+    parsed.data.agents.map((a) => [sha256Hex(devToken(a.id)), devToken(a.id)] as const),
+  );
   parsed.data.agents.forEach((a, i) => {
     if (agents.has(a.id)) fail(`agents.${i}.id: duplicate agent id "${a.id}"`);
     const hash = a.token_sha256.toLowerCase();
@@ -90,6 +117,11 @@ export function compileTopology(raw: unknown, source = 'topology'): Topology {
     if (other !== undefined)
       fail(`agents.${i}.token_sha256: "${a.id}" has the same token as "${other}"`);
     hashes.set(hash, a.id);
+    const dev = devHashes.get(hash);
+    if (dev !== undefined && opts.allowDevTokens !== true)
+      fail(
+        `agents.${i}.token_sha256: "${a.id}" has the hash of the public development token "${dev}" (anyone could act as "${a.id}"): put the SHA-256 of a random token there (docs/deploy.md, "Tokens"), or set AGW_ALLOW_DEV_TOKENS=1 for local development`,
+      );
     agents.set(a.id, { id: a.id, role: a.role, tokenHash: Buffer.from(hash, 'hex') });
   });
   const channels = new Map<string, Channel>();
@@ -120,6 +152,17 @@ export function agentForTokenHash(topology: Topology, tokenHash: Buffer): Agent 
     if (timingSafeEqual(agent.tokenHash, tokenHash) && found === undefined) found = agent;
   }
   return found;
+}
+
+function sha256Hex(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+/** ` (agent "id")` when a schema problem is inside an agent entry that has an id. */
+function agentNamed(raw: unknown, path: readonly PropertyKey[] | undefined): string {
+  if (path?.[0] !== 'agents' || typeof path[1] !== 'number' || path.length < 3) return '';
+  const id = (raw as { agents?: { id?: unknown }[] }).agents?.[path[1]]?.id;
+  return typeof id === 'string' ? ` (agent "${id}")` : '';
 }
 
 function firstLine(err: unknown): string {

@@ -12,6 +12,7 @@ import { SdNotify } from '../journald/sd-notify.js';
 import { JournalWriter } from '../journald/writer.js';
 import { createLogger } from '../log.js';
 import { openStore } from '../store/open.js';
+import type { Store } from '../store/store.js';
 import { readSettings, SettingsError } from './settings.js';
 
 export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
@@ -22,7 +23,7 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     env,
   );
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
-  const topology = loadTopology(settings.topology);
+  const topology = loadTopology(settings.topology, { allowDevTokens: settings.allowDevTokens });
   const journal = new JournalWriter({ socketPath: settings.journalSocket });
   const logger = createLogger(
     'agent-gateway-adapter',
@@ -42,9 +43,20 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     return code;
   };
   let adapter: Awaited<ReturnType<typeof startAdapter>>;
+  let store: Store;
   try {
     // The composition root: the store is chosen here, from AGW_DB.
-    const store = openStore(settings.db, storeOptions(settings, topology.alertsTo));
+    store = openStore(settings.db, storeOptions(settings, topology.alertsTo));
+  } catch (err) {
+    // A store that cannot be opened (a full or read-only volume, a file that is no database, a
+    // schema newer than this adapter) stops every agent's traffic: the out-of-band channel says
+    // so, as for a failed integrity check.
+    const message = `adapter cannot start: its store cannot be opened: ${(err as Error).message}`;
+    logger.fatal({ err, db: settings.db }, message);
+    emergencies.raise({ reason: 'storage', message, fields: { AGW_DB: settings.db } });
+    return finish(1);
+  }
+  try {
     adapter = await startAdapter({ settings, topology, store, logger, emergencies, notify });
   } catch (err) {
     logger.fatal({ err }, `adapter cannot start: ${(err as Error).message}`);

@@ -57,6 +57,16 @@ export const PAYLOAD_SCHEMAS: Partial<Record<string, z.ZodType>> = {
   'task/cancel': z.looseObject({ task_id: taskId }),
 };
 
+/**
+ * A JSON object, passed on as parsed. z.record would build a copy key by key, and assigning an
+ * own `__proto__` key (JSON.parse makes them) sets the copy's prototype instead: the key would
+ * vanish from the stored payload without a word.
+ */
+const jsonObject = z.custom<Record<string, unknown>>(
+  (v) => typeof v === 'object' && v !== null && !Array.isArray(v),
+  { error: 'must be a JSON object' },
+);
+
 export const EnvelopeSchema = z.strictObject({
   idempotency_key: z.string().regex(KEY_PATTERN, 'must be 1-128 printable ASCII characters'),
   to: z
@@ -71,7 +81,7 @@ export const EnvelopeSchema = z.strictObject({
   /** Left out: critical for CRITICAL_KINDS, else normal (parseEnvelope resolves it). */
   priority: z.enum(PRIORITIES).optional(),
   reply_to_sequence_id: z.int().positive().max(Number.MAX_SAFE_INTEGER).nullable().optional(),
-  payload: z.record(z.string(), z.unknown()).default({}),
+  payload: jsonObject.default({}),
   /** Optional; when present it must name the authenticated agent (else 403 sender_mismatch). */
   sender: z.string().optional(),
 });
@@ -97,10 +107,19 @@ export interface Assignment {
 export function parseEnvelope(value: unknown): Envelope {
   const base = EnvelopeSchema.safeParse(value);
   if (!base.success) throw fieldError(base.error, '');
-  if (depthOf(base.data.payload) > MAX_DEPTH) {
+  const shape = shapeOf(base.data.payload);
+  if (shape.depth > MAX_DEPTH) {
     throw new GatewayError('invalid_envelope', `payload: nests deeper than ${MAX_DEPTH} levels`, {
       field: 'payload',
     });
+  }
+  if (shape.inexact) {
+    const where = ['payload', ...inexactPath(base.data.payload)!].join('.');
+    throw new GatewayError(
+      'invalid_envelope',
+      `${where}: a number beyond ±${Number.MAX_SAFE_INTEGER} (2^53−1) would not be kept exactly; send it as a string`,
+      { field: where },
+    );
   }
   const schema = PAYLOAD_SCHEMAS[base.data.kind];
   if (schema !== undefined) {
@@ -112,18 +131,44 @@ export function parseEnvelope(value: unknown): Envelope {
   return { ...base.data, priority };
 }
 
-/** How deep objects and arrays nest in a value (the payload itself is 1), without recursion. */
-function depthOf(value: unknown): number {
+/**
+ * How deep objects and arrays nest in a value (the payload itself is 1), without recursion; and
+ * whether it holds a number that would not be kept exactly: an integer beyond 2^53−1, which
+ * JSON.parse has already rounded (9007199254740993 reads as ...992), or one past the doubles
+ * (1e999 reads as Infinity, which JSON.stringify writes as null). Such a payload is refused
+ * rather than stored altered; a float that large is an integer to JavaScript too and is refused
+ * with it, a rare price for never changing a sender's digits.
+ */
+function shapeOf(value: unknown): { depth: number; inexact: boolean } {
   let deepest = 0;
+  let inexact = false;
   const stack: [unknown, number][] = [[value, 1]];
   while (stack.length > 0) {
     const [v, depth] = stack.pop()!;
-    if (typeof v !== 'object' || v === null) continue;
+    if (typeof v !== 'object' || v === null) {
+      if (typeof v === 'number' && isInexact(v)) inexact = true;
+      continue;
+    }
     if (depth > deepest) deepest = depth;
     if (depth > MAX_DEPTH) break;
     for (const child of Object.values(v)) stack.push([child, depth + 1]);
   }
-  return deepest;
+  return { depth: deepest, inexact };
+}
+
+function isInexact(n: number): boolean {
+  return !Number.isFinite(n) || (Number.isInteger(n) && !Number.isSafeInteger(n));
+}
+
+/** The keys leading to the first inexact number (the value is at most MAX_DEPTH deep). */
+function inexactPath(v: unknown): string[] | undefined {
+  if (typeof v === 'number') return isInexact(v) ? [] : undefined;
+  if (typeof v !== 'object' || v === null) return undefined;
+  for (const [key, child] of Object.entries(v)) {
+    const rest = inexactPath(child);
+    if (rest !== undefined) return [key, ...rest];
+  }
+  return undefined;
 }
 
 function fieldError(error: z.ZodError, prefix: string): GatewayError {

@@ -2,6 +2,7 @@
  * The HTTP plumbing both programs share: bounded body reads and JSON answers whose error bodies
  * come from the one catalogue (errors.ts).
  */
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { GatewayError } from './errors.js';
@@ -35,8 +36,13 @@ function tooLarge(limit: number): GatewayError {
   return new GatewayError('payload_too_large', `the request body is larger than ${limit} bytes`);
 }
 
-/** Parses a JSON body; a syntax error is a 400 that says where. */
+/**
+ * Parses a JSON body; a syntax error is a 400 that says where. JSON text is UTF-8: bytes that
+ * are not would be decoded to U+FFFD, changing the sender's text without a word, so they are a
+ * 400 too.
+ */
 export function parseJson(body: Buffer): unknown {
+  if (!isUtf8(body)) throw new GatewayError('invalid_json', 'the body is not valid UTF-8');
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (err) {

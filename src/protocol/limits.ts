@@ -20,6 +20,44 @@ export const INBOX_MAX = 100;
 export const PAGE_DEFAULT_LIMIT = 100;
 export const PAGE_MAX_LIMIT = 1000;
 
+/**
+ * The default byte bound of one paged answer (replay, inbox, dead letters; AGW_MAX_PAGE_BYTES):
+ * 8 MiB. A page ends early rather than pass it, and holds at least one item however large
+ * (one message is at most AGW_MAX_MESSAGE_BYTES anyway). At the 1,000-message page limit and
+ * 256 KiB messages a page was 262 MB as one string; a few parallel replays took a 1 GiB pod down.
+ */
+export const DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Bytes a page counts for each item beside the item's own JSON: the fields it puts around it
+ * (a delivery's 88 bytes at most; for a replay the item's `delivery_states` entry,
+ * `"<uuid>":"dead_letter",`, 55) and the comma. Stores count it with every item (`maxBytes`).
+ */
+export const PAGE_ITEM_OVERHEAD = 128;
+
+/**
+ * What a page's items may take of `maxPageBytes` (the store's `maxBytes`): the rest, 512 bytes,
+ * is kept for the page's wrapper (`{"messages":[...],"delivery_states":{},"next_after":N}` and
+ * the like).
+ */
+export function pageBudget(maxPageBytes: number): number {
+  return Math.max(0, maxPageBytes - 512);
+}
+
+/**
+ * The default bound of concurrent GET /v1/inbox requests of one agent (AGW_MAX_POLLS_PER_AGENT);
+ * past it 429 `too_many_polls`. Each parked poll holds a socket and, once woken, a page of up to
+ * AGW_MAX_PAGE_BYTES: an agent's token must not be able to pin the adapter's memory with them.
+ */
+export const DEFAULT_MAX_POLLS_PER_AGENT = 32;
+
+/**
+ * Connections the sidecar keeps for its long polls to the adapter: half the adapter's default
+ * bound per agent, so that a restarted sidecar's new polls and its old ones still parked upstream
+ * (until the adapter sees their sockets close, at most MAX_WAIT_S) stay within it together.
+ */
+export const SIDECAR_POLL_CONNECTIONS = 16;
+
 /** Delivery ids one ack or nack may name. */
 export const MAX_DELIVERY_IDS = 1000;
 

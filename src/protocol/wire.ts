@@ -58,3 +58,29 @@ export function deadLetterJson(d: DeadLetterFields, messageJson: string): string
     d.replayDeliveryId ?? 'null'
   },"message":${messageJson}}`;
 }
+
+/**
+ * The channel_sequence_id of a stored message's JSON, without parsing its payload: the assigned
+ * fields come before `"payload":` (the first unescaped one is the envelope's own, since string
+ * values escape their quotes).
+ */
+export function sequenceOf(messageJson: string): number {
+  const head = messageJson.slice(0, messageJson.indexOf('"payload":'));
+  const m = /"channel_sequence_id":(\d+)/.exec(head);
+  if (m === null) throw new Error('a stored message without its channel_sequence_id');
+  return Number(m[1]);
+}
+
+/** The message_id of a stored message's JSON (its first field), without parsing it. */
+export function messageIdOf(messageJson: string): string {
+  const m = /^\{"message_id":"([^"]+)"/.exec(messageJson);
+  if (m === null) throw new Error('a stored message without its message_id');
+  return m[1]!;
+}
+
+/** The id a deadLetterJson string starts with. */
+export function deadLetterIdOf(json: string): number {
+  const m = /^\{"id":(\d+),/.exec(json);
+  if (m === null) throw new Error('a dead letter without its id');
+  return Number(m[1]);
+}

@@ -8,6 +8,7 @@
  */
 import { Pool } from 'undici';
 import { isRetryableAnswer } from '../protocol/errors.js';
+import { SIDECAR_POLL_CONNECTIONS } from '../protocol/limits.js';
 
 export interface AdapterResponse {
   readonly status: number;
@@ -33,7 +34,7 @@ export class AdapterUnreachable extends Error {
 export interface AdapterClientOptions {
   readonly url: string;
   readonly token: string;
-  /** Connections kept to the adapter. Default 16. */
+  /** Connections kept to the adapter for calls other than long polls. Default 16. */
   readonly connections?: number;
   /** Deadline of one call, ms. Default 10,000. */
   readonly timeoutMs?: number;
@@ -60,14 +61,15 @@ export class AdapterClient {
 
   constructor(opts: AdapterClientOptions) {
     this.url = opts.url.replace(/\/+$/, '');
-    const pool = () =>
+    const pool = (connections: number) =>
       new Pool(this.url, {
-        connections: opts.connections ?? 16,
+        connections,
         keepAliveTimeout: 30_000,
         connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
       });
-    this.#pool = pool();
-    this.#polls = pool();
+    this.#pool = pool(opts.connections ?? 16);
+    // the adapter takes AGW_MAX_POLLS_PER_AGENT (32) polls of an agent at once: more queue here
+    this.#polls = pool(SIDECAR_POLL_CONNECTIONS);
     this.#auth = `Bearer ${opts.token}`;
     this.#timeoutMs = opts.timeoutMs ?? 10_000;
   }

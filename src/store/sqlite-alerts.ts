@@ -16,8 +16,11 @@ const KIND: Record<AlertReason, string> = {
   rejected: 'alert/dead-letter',
   evicted: 'alert/dead-letter',
   queue_full: 'alert/dead-letter',
+  integrity: 'alert/integrity',
   critical_overrun: 'alert/overrun',
   checksum_mismatch: 'alert/integrity',
+  storage_full: 'alert/storage',
+  write_failures: 'alert/storage',
 };
 
 /** Message ids one alert lists (CONTRACT.md: up to 20); the count has them all. */
@@ -58,17 +61,27 @@ export class Alerts {
     };
   }
 
-  /** Counts one event towards its (recipient, reason) alert; due at once if the window passed. */
-  raise(recipient: string, reason: AlertReason, messageId: string, attempts: number, now: number) {
+  /**
+   * Counts `count` events (default one) towards their (recipient, reason) alert, listing
+   * `messageId` when there is one; due at once if the window passed.
+   */
+  raise(
+    recipient: string,
+    reason: AlertReason,
+    messageId: string | undefined,
+    attempts: number,
+    now: number,
+    count = 1,
+  ) {
     const prior = this.#s.state.get(recipient, reason);
     const ids = prior === undefined ? [] : (JSON.parse(prior.message_ids) as string[]);
-    if (ids.length < MAX_IDS) ids.push(messageId);
+    if (messageId !== undefined && messageId !== '' && ids.length < MAX_IDS) ids.push(messageId);
     const row: AlertRow = {
       recipient,
       reason,
       kind: KIND[reason],
       last_sent_at: prior?.last_sent_at ?? 0,
-      count: (prior?.count ?? 0) + 1,
+      count: (prior?.count ?? 0) + count,
       message_ids: JSON.stringify(ids),
       attempts,
     };

@@ -238,6 +238,16 @@ export class Deliveries {
     return ids.map((id) => ({ delivery_id: id, lease_expires_at: at }));
   }
 
+  /**
+   * A delivery whose message failed its checksum: to the dead letters (`integrity`, with its
+   * alert) instead of to its agent. Like every dead letter, it releases its channel.
+   */
+  quarantine(id: number, now: number): void {
+    const r = this.#s.delivery.get(id);
+    if (r !== undefined && r.state !== DeliveryState.deadLetter)
+      this.#deadLetter(r, 'integrity', now);
+  }
+
   /** Expired leases become failed attempts. */
   sweep(now: number): void {
     for (;;) {

@@ -10,17 +10,20 @@ import { ADAPTER_SENDER, type Assignment } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { uuidv7, uuidv7Time } from '../protocol/ids.js';
 import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
+import { DELIVERY_FIELDS_BYTES, fitting } from './page-bytes.js';
 import { quickCheck } from './quick-check.js';
 import { MIGRATIONS, SQL } from './sql.js';
 import { Alerts, type DueAlert } from './sqlite-alerts.js';
 import { Deliveries } from './sqlite-deliveries.js';
 import { CommitEffectsLog } from './sqlite-effects.js';
 import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
+import { messageSize, StorageBudget } from './storage-budget.js';
 import {
   type AgentState,
   type AppendOutcome,
   type Committed,
   DEFAULT_DELIVERY,
+  DEFAULT_STORAGE,
   type DeliveryConfig,
   type DeliveryJson,
   DeliveryState,
@@ -30,6 +33,9 @@ import {
   type MessageStatus,
   type OpResults,
   type Settled,
+  StorageFailure,
+  type StorageLimits,
+  type StorageUse,
   type Store,
   type StoreOp,
 } from './store.js';
@@ -48,6 +54,10 @@ interface BodyRow {
   id: number;
   body: string;
   checksum: number;
+}
+
+interface ChannelRow extends BodyRow {
+  seq: number;
 }
 
 interface DeadRow extends BodyRow {
@@ -97,6 +107,8 @@ export interface SqliteStoreOptions {
   readonly sync?: SyncMode;
   /** Bounds, leases, retries and the alert recipient; defaults fit tests of the write path. */
   readonly delivery?: Partial<DeliveryConfig>;
+  /** Bounds on what the store holds; DEFAULT_STORAGE for what is left out. */
+  readonly storage?: Partial<StorageLimits>;
 }
 
 export class SqliteStore implements Store {
@@ -105,16 +117,32 @@ export class SqliteStore implements Store {
     handedOut: 0,
     redelivered: 0,
     acked: 0,
-    deadLetters: { lease_expired: 0, nacked: 0, rejected: 0, evicted: 0, queue_full: 0 },
+    deadLetters: {
+      lease_expired: 0,
+      nacked: 0,
+      rejected: 0,
+      evicted: 0,
+      queue_full: 0,
+      integrity: 0,
+    },
     alerts: 0,
   };
-  corruption: string | undefined;
+  /**
+   * Message rows known to fail their checksum (found by any read since open): never served,
+   * and left out of replay windows. A few at most; found again after a restart.
+   */
+  readonly #corrupt = new Set<number>();
+  /** #corrupt as the JSON array the SQL takes. */
+  #corruptJson = '[]';
+  /** Of those, the ones a read found that no alert has told yet (the next lease or sweep does). */
+  readonly #unreported = new Set<number>();
   readonly #db: Database.Database;
   readonly #file: string;
   readonly #alertsTo: string;
   readonly #fx = new CommitEffectsLog();
   readonly #alerts: Alerts;
   readonly #deliveries: Deliveries;
+  readonly #budget: StorageBudget;
   readonly #s;
   readonly #tx: (ops: readonly StoreOp[]) => Settled[];
   /** AGW_SYNC: how a commit that holds a message is made durable. */
@@ -143,29 +171,40 @@ export class SqliteStore implements Store {
     this.#alertsTo = cfg.alertsTo;
     this.#alerts = new Alerts(this.#db, cfg.alertWindowMs, this.#fx, this.stats);
     this.#deliveries = new Deliveries(this.#db, cfg, this.#alerts, this.#fx, this.stats);
+    this.#budget = new StorageBudget(this.#db, file, { ...DEFAULT_STORAGE, ...opts.storage });
     const p = <T = unknown>(sql: string) => this.#db.prepare<unknown[], T>(sql);
     this.#s = {
       lastSeq: p<number>(SQL.lastSeq).pluck(),
       nextSeq: p<number>(SQL.nextSeq).pluck(),
       findByKey: p<KeyRow>(SQL.findByKey),
       insertMessage: p(SQL.insertMessage),
-      channelMessages: p<BodyRow>(SQL.channelMessages),
+      channelMessages: p<ChannelRow>(SQL.channelMessages),
+      channelMessagesIntact: p<ChannelRow>(SQL.channelMessagesIntact),
       pageDeliveries: p<{ message_id: string; state: DeliveryState }>(SQL.pageDeliveries),
+      pageDeliveriesIntact: p<{ message_id: string; state: DeliveryState }>(
+        SQL.pageDeliveriesIntact,
+      ),
+      messageWhere: p<{ message_id: string; channel: string }>(SQL.messageWhere),
       messageBody: p<BodyRow>(SQL.messageBody),
       ensureChannel: p(SQL.ensureChannel),
       touchAgent: p(SQL.touchAgent),
       agents: p<{ id: string; last_seen: number | null }>(SQL.agents),
+      oldestPendingAt: p<number>(SQL.oldestPendingAt).pluck(),
       deadLetters: p<DeadRow>(SQL.deadLetters),
       messageById: p<BodyRow & { sender: string }>(SQL.messageById),
       recipients: p<RecipientRow>(SQL.recipients),
       deadLetter: p<DeadOne>(SQL.deadLetter),
       markReplayed: p(SQL.markReplayed),
-      prunable: p<number>(SQL.prunable).pluck(),
+      prunable: p<{ id: number; sender: string; size: number }>(SQL.prunable),
       pruneDead: p(SQL.pruneDeadLetters),
       pruneDeliveries: p(SQL.pruneDeliveries),
       pruneMessage: p(SQL.pruneMessage),
     };
-    this.#tx = this.#db.transaction((ops: readonly StoreOp[]) => ops.map((op) => this.#settle(op)));
+    this.#tx = this.#db.transaction((ops: readonly StoreOp[]) => {
+      const results = ops.map((op) => this.#settle(op));
+      this.#budget.save(); // the senders' totals, with the messages they count
+      return results;
+    });
     // Alerts travel in alerts_to's own channel: its counter must exist before the first one.
     if (this.#alertsTo !== '') this.ensureChannels([`@${this.#alertsTo}`]);
   }
@@ -183,13 +222,14 @@ export class SqliteStore implements Store {
       if (this.#holdsMessage && !synced && this.#messageSync === 'full') this.#fsyncWal();
       return { results, effects: this.#fx.take() };
     } catch (err) {
-      // Rolled back: what was counted in memory (depths, stats) and the alerts that fell due
-      // never happened.
+      // Rolled back: what was counted in memory (depths, stats, senders' bytes) and the alerts
+      // that fell due never happened.
       this.#deliveries.reloadDepths();
+      this.#budget.reload();
       Object.assign(this.stats, counted);
       this.#alerts.forget();
       this.#fx.clear();
-      throw err;
+      throw storageFailureOf(err) ?? err;
     }
   }
 
@@ -230,7 +270,7 @@ export class SqliteStore implements Store {
       case 'append':
         return op.drafts.map((d) => this.#append(d));
       case 'lease':
-        return this.#lease(op.agent, op.max, op.now);
+        return this.#lease(op.agent, op.max, op.now, op.maxBytes);
       case 'ack':
         return this.#deliveries.ack(op.agent, op.ids);
       case 'nack':
@@ -244,12 +284,13 @@ export class SqliteStore implements Store {
       }
       case 'sweep':
         this.#deliveries.sweep(op.now);
+        this.#reportFinds(op.now);
         this.#alerts.flushDue(op.now);
         return undefined;
       case 'replay_dead_letter':
         return this.#replayDeadLetter(op.id, op.now);
       case 'alert':
-        this.#alerts.raise(op.recipient, op.reason, op.messageId, 0, op.now);
+        this.#alerts.raise(op.recipient, op.reason, op.messageId, 0, op.now, op.count);
         return undefined;
       case 'prune':
         return this.#prune(op.before, op.keep, op.limit);
@@ -283,11 +324,25 @@ export class SqliteStore implements Store {
         );
       }
     }
+    // A storage bound refuses an agent's message before it takes a number (storage-budget.ts);
+    // the adapter's own alerts always pass: small, a few a minute, and they tell of the trouble.
+    if (d.sender !== ADAPTER_SENDER) {
+      const estimate = messageSize(
+        Buffer.byteLength(d.payloadJson) + HEAD_BYTES,
+        d.recipients.length,
+      );
+      const refused = this.#budget.admit(d.sender, estimate);
+      if (refused !== undefined) {
+        this.#alerts.raise(d.sender, 'storage_full', undefined, 0, d.receivedAt);
+        return rejected(refused);
+      }
+    }
     const seq = this.#s.nextSeq.get(d.channel);
     if (seq === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
     this.#holdsMessage = true;
     const a = assignment(uuidv7(d.receivedAt), d.channel, seq, d.receivedAt, d);
     const body = messageJson(a, d);
+    const size = messageSize(Buffer.byteLength(body), d.recipients.length);
     const priority = d.priority === 'critical' ? 1 : 0;
     const { lastInsertRowid } = this.#s.insertMessage.run(
       a.message_id,
@@ -301,7 +356,9 @@ export class SqliteStore implements Store {
       d.receivedAt,
       body,
       crc32(body),
+      size,
     );
+    this.#budget.add(d.sender, size);
     const row = Number(lastInsertRowid);
     const quiet = d.sender === ADAPTER_SENDER;
     for (const r of d.recipients) {
@@ -338,17 +395,68 @@ export class SqliteStore implements Store {
     this.#fx.alerts.push({ kind: a.kind, payload: a.payload });
   }
 
-  /** Every message is checked before anything is leased, so a corrupt one fails the read whole. */
-  #lease(agent: string, max: number, now: number): DeliveryJson[] {
-    const ready = this.#deliveries.ready(agent, max, now);
-    if (ready.length === 0) return [];
-    const bodies = ready.map((r) => this.#verified(this.#s.messageBody.get(r.message)!));
-    const attempts = this.#deliveries.lease(
-      ready.map((r) => r.id),
-      now,
-    );
-    const expires = now + this.#deliveries.leaseMs;
-    return ready.map((r, i) => deliveryJson(r.id, attempts[i]!, expires, bodies[i]!));
+  /**
+   * Every message is checked before it is leased. One that fails its checksum is quarantined:
+   * its delivery goes to the dead letters (`integrity`, with an alert/integrity), never to the
+   * agent, and as a dead letter it releases its channel, so the next messages flow. When every
+   * ready delivery met was quarantined, the hand-out is worked out again, so a poll does not come
+   * back empty while messages wait behind a corrupt one.
+   */
+  #lease(agent: string, max: number, now: number, maxBytes = Infinity): DeliveryJson[] {
+    this.#reportFinds(now);
+    for (;;) {
+      const ready = this.#deliveries.ready(agent, max, now);
+      if (ready.length === 0) return [];
+      const handed: { id: number; body: string }[] = [];
+      const met = { quarantined: 0 };
+      const bodies = fitting(
+        this.#intactDeliveries(ready, now, met),
+        (d) => {
+          handed.push(d);
+          return d.body;
+        },
+        maxBytes,
+        DELIVERY_FIELDS_BYTES,
+      );
+      if (bodies.length === 0 && met.quarantined > 0) continue;
+      // in hand-out order, less the quarantined: each lane is still served from its head
+      const ids = handed.slice(0, bodies.length).map((d) => d.id);
+      const attempts = this.#deliveries.lease(ids, now);
+      const expires = now + this.#deliveries.leaseMs;
+      return ids.map((id, i) => deliveryJson(id, attempts[i]!, expires, bodies[i]!));
+    }
+  }
+
+  /** `ready`'s messages one at a time, as read; a corrupt one's delivery quarantined instead. */
+  *#intactDeliveries(
+    ready: readonly { id: number; message: number }[],
+    now: number,
+    met: { quarantined: number },
+  ): Generator<{ id: number; body: string }> {
+    for (const r of ready) {
+      const row = this.#s.messageBody.get(r.message)!;
+      if (this.#intact(row, false)) {
+        yield { id: r.id, body: row.body };
+      } else {
+        this.#deliveries.quarantine(r.id, now);
+        met.quarantined++;
+      }
+    }
+  }
+
+  /**
+   * Alerts about corrupt rows that reads which hand nothing out (replay, dead letters, message
+   * status) found: one alert/integrity (`checksum_mismatch`) per row, aggregated per channel,
+   * raised in the next lease or sweep, which have a transaction and a time. (A row whose alert
+   * was lost with a rolled-back group is still never served; a restart finds it again.)
+   */
+  #reportFinds(now: number): void {
+    if (this.#unreported.size === 0) return;
+    for (const id of this.#unreported) {
+      const m = this.#s.messageWhere.get(id);
+      if (m !== undefined) this.#alerts.raise(m.channel, 'checksum_mismatch', m.message_id, 0, now);
+    }
+    this.#unreported.clear();
   }
 
   #replayDeadLetter(id: number, now: number): OpResults['replay_dead_letter'] {
@@ -370,13 +478,14 @@ export class SqliteStore implements Store {
 
   /** With their deliveries, dead letters and idempotency keys. */
   #prune(before: number, keep: readonly string[], limit: number): number {
-    const ids = this.#s.prunable.all(before, JSON.stringify(keep), limit);
-    for (const id of ids) {
+    const rows = this.#s.prunable.all(before, JSON.stringify(keep), limit);
+    for (const { id, sender, size } of rows) {
       this.#s.pruneDead.run(id);
       this.#s.pruneDeliveries.run(id);
       this.#s.pruneMessage.run(id);
+      this.#budget.remove(sender, size);
     }
-    return ids.length;
+    return rows.length;
   }
 
   ensureChannels(names: Iterable<string>): void {
@@ -385,8 +494,35 @@ export class SqliteStore implements Store {
     })();
   }
 
-  channelMessages(channel: string, afterSeq: number, limit: number): string[] {
-    return this.#s.channelMessages.all(channel, afterSeq, limit).map((r) => this.#verified(r));
+  channelMessages(channel: string, afterSeq: number, limit: number, maxBytes = Infinity): string[] {
+    // iterated, not .all(): rows past the bound are never read into memory
+    return fitting(this.#intactMessages(channel, afterSeq, limit), (r) => r.body, maxBytes);
+  }
+
+  /**
+   * The first `limit` messages of a channel after `afterSeq` that pass their checksum, read one
+   * at a time. One that fails is skipped (and remembered, #corrupt) and the window reaches past
+   * it, so a page is short only at the channel's end, or at its byte bound.
+   */
+  *#intactMessages(channel: string, afterSeq: number, limit: number): Generator<ChannelRow> {
+    let after = afterSeq;
+    let left = limit;
+    while (left > 0) {
+      const want = left;
+      const rows =
+        this.#corrupt.size === 0
+          ? this.#s.channelMessages.iterate(channel, after, want)
+          : this.#s.channelMessagesIntact.iterate(channel, after, this.#corruptJson, want);
+      let seen = 0;
+      for (const r of rows) {
+        seen++;
+        after = r.seq;
+        if (!this.#intact(r, true)) continue;
+        left--;
+        yield r;
+      }
+      if (seen < want) return; // the channel's end
+    }
   }
 
   pageDeliveries(
@@ -396,8 +532,11 @@ export class SqliteStore implements Store {
     limit: number,
   ): Record<string, DeliveryStateName> {
     const out: Record<string, DeliveryStateName> = {};
-    for (const r of this.#s.pageDeliveries.all(channel, afterSeq, limit, reader))
-      out[r.message_id] = STATE_NAME[r.state];
+    const rows =
+      this.#corrupt.size === 0
+        ? this.#s.pageDeliveries.all(channel, afterSeq, limit, reader)
+        : this.#s.pageDeliveriesIntact.all(channel, afterSeq, this.#corruptJson, limit, reader);
+    for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
     return out;
   }
 
@@ -405,7 +544,8 @@ export class SqliteStore implements Store {
     const at = uuidv7Time(messageId);
     const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
     if (m === undefined) return undefined;
-    const message = this.#verified(m);
+    // a corrupt message: its recipients' states are still told, never its bytes
+    const message = this.#intact(m, true) ? m.body : 'null';
     // a replayed dead letter has a newer delivery: each recipient's latest one tells
     const latest = new Map<string, RecipientRow>();
     for (const r of this.#s.recipients.all(m.id)) latest.set(r.recipient, r);
@@ -419,20 +559,24 @@ export class SqliteStore implements Store {
     return { message, sender: m.sender, recipients };
   }
 
-  deadLetters(after: number, limit: number): string[] {
-    return this.#s.deadLetters.all(after, limit).map((r) =>
-      deadLetterJson(
-        {
-          id: r.id,
-          reason: r.reason,
-          attempts: r.attempts,
-          recipient: r.recipient,
-          deadLetteredAt: r.created_at,
-          replayDeliveryId: r.replay_delivery,
-          note: r.note,
-        },
-        this.#verified({ id: r.message, body: r.body, checksum: r.checksum }),
-      ),
+  deadLetters(after: number, limit: number, maxBytes = Infinity): string[] {
+    const rows = this.#s.deadLetters.iterate(after, limit);
+    return fitting(rows, (r) => this.#deadLetterJson(r), maxBytes);
+  }
+
+  #deadLetterJson(r: DeadRow): string {
+    return deadLetterJson(
+      {
+        id: r.id,
+        reason: r.reason,
+        attempts: r.attempts,
+        recipient: r.recipient,
+        deadLetteredAt: r.created_at,
+        replayDeliveryId: r.replay_delivery,
+        note: r.note,
+      },
+      // an integrity dead letter's message is the corrupt row: named by the alert, never served
+      this.#intact({ id: r.message, body: r.body, checksum: r.checksum }, true) ? r.body : 'null',
     );
   }
 
@@ -454,8 +598,14 @@ export class SqliteStore implements Store {
     return this.#deliveries.depth(agent);
   }
 
+  oldestPendingAt(agent: string): number | undefined {
+    return this.#s.oldestPendingAt.get({ agent });
+  }
+
   nextDue(now: number): number | undefined {
-    const times = [this.#deliveries.nextDue(now), this.#alerts.nextDue()].filter(
+    // a corrupt row a read found is told by the next sweep: due now
+    const finds = this.#unreported.size > 0 ? now : undefined;
+    const times = [this.#deliveries.nextDue(now), this.#alerts.nextDue(), finds].filter(
       (t): t is number => t !== undefined,
     );
     return times.length === 0 ? undefined : Math.min(...times);
@@ -470,21 +620,54 @@ export class SqliteStore implements Store {
     return quickCheck(this.#file);
   }
 
+  storageUse(): StorageUse {
+    return this.#budget.use();
+  }
+
+  /**
+   * A hard cap on the file's pages for this connection (PRAGMA max_page_count; none: SQLite's
+   * own, 2^32 − 2). Past it a write fails with SQLITE_FULL exactly as on a full disk, which is
+   * how tests make writes fail for real, portably. Not below the pages the file has.
+   */
+  limitPages(pages?: number): void {
+    this.#db.pragma(`max_page_count = ${pages ?? 4_294_967_294}`);
+  }
+
   close(): void {
     if (this.#db.open) this.#db.close();
   }
 
-  #verified(r: BodyRow): string {
-    if (crc32(r.body) !== r.checksum) {
-      this.corruption ??= `message row ${r.id} fails its checksum`;
-      throw new GatewayError(
-        'integrity_error',
-        `stored message ${r.id} fails its checksum; it is not served (see the adapter's log)`,
-      );
+  /**
+   * Whether a stored message passes its checksum. One that fails is remembered (#corrupt), so
+   * replay windows leave it out; with `report`, a read that hands nothing out found it, and the
+   * next lease or sweep raises its alert (a lease that meets one dead-letters it instead).
+   */
+  #intact(r: BodyRow, report: boolean): boolean {
+    if (crc32(r.body) === r.checksum) return true;
+    if (!this.#corrupt.has(r.id)) {
+      this.#corrupt.add(r.id);
+      this.#corruptJson = JSON.stringify([...this.#corrupt]);
+      if (report) this.#unreported.add(r.id);
     }
-    return r.body;
+    return false;
   }
 }
+
+/** A stored message's bytes besides its payload: the assigned fields and the envelope's. */
+const HEAD_BYTES = 320;
+
+/** The engine's error as a StorageFailure when the storage itself failed; else undefined. */
+function storageFailureOf(err: unknown): StorageFailure | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string' || !STORAGE_CODES.test(code)) return undefined;
+  return new StorageFailure(`${code}: ${(err as Error).message}`, { cause: err });
+}
+
+/**
+ * SQLite's answers that say the disk or the file failed, not the statement: full, I/O errors
+ * (SQLITE_IOERR_*), a file that cannot be opened, written or read as a database.
+ */
+const STORAGE_CODES = /^SQLITE_(FULL|IOERR|CANTOPEN|READONLY|CORRUPT|NOTADB|PROTOCOL)/;
 
 function rejected(error: GatewayError): AppendOutcome {
   return { status: 'rejected', error };

@@ -71,8 +71,77 @@ export const DEFAULT_DELIVERY: Omit<DeliveryConfig, 'alertsTo'> = {
   retryBaseMs: 1000,
 };
 
-export type DeadLetterReason = 'lease_expired' | 'nacked' | 'rejected' | 'evicted' | 'queue_full';
-export type AlertReason = DeadLetterReason | 'critical_overrun' | 'checksum_mismatch';
+/**
+ * Why a delivery went to the dead letters. `integrity`: its message failed its checksum when it
+ * was to be handed out, so it is quarantined: never served, and its channel released.
+ */
+export type DeadLetterReason =
+  | 'lease_expired'
+  | 'nacked'
+  | 'rejected'
+  | 'evicted'
+  | 'queue_full'
+  | 'integrity';
+/**
+ * Why an alert went to alerts_to. Besides the dead letters: `critical_overrun`;
+ * `checksum_mismatch`, a corrupt message met by a read that hands nothing out (replay, dead
+ * letters, message status), `recipient` naming its channel; `storage_full`, new messages of
+ * `recipient` (a sender) refused by a storage bound; `write_failures`, commits that kept failing
+ * on the storage itself (`recipient` "adapter"), written once writes work again.
+ */
+export type AlertReason =
+  | DeadLetterReason
+  | 'critical_overrun'
+  | 'checksum_mismatch'
+  | 'storage_full'
+  | 'write_failures';
+
+/**
+ * Bounds on what the store holds, checked before a new message of an agent is written (alerts,
+ * replays and every other write pass: they are small, and retention must run when full). Past
+ * any of them the message is refused with 503 `storage_full` and Retry-After, and nothing of it
+ * is stored.
+ */
+export interface StorageLimits {
+  /** Bytes the store may use (AGW_MAX_STORE_BYTES). Default 4 GiB: 80% of the 5 GiB volume. */
+  readonly maxBytes: number;
+  /**
+   * The part of maxBytes one sender's messages may use, 0 to 1 (AGW_SENDER_SHARE_PERCENT / 100).
+   * Default 0.5: one agent in a loop cannot fill the store alone.
+   */
+  readonly senderShare: number;
+  /**
+   * Bytes kept free on the store's volume (AGW_MIN_FREE_BYTES): the room the WAL, checkpoints,
+   * alerts and retention need to go on. Default 256 MiB. 0: not checked.
+   */
+  readonly reserveBytes: number;
+}
+
+export const DEFAULT_STORAGE: StorageLimits = {
+  maxBytes: 4 * 1024 ** 3,
+  senderShare: 0.5,
+  reserveBytes: 256 * 1024 ** 2,
+};
+
+/** What the store uses now, as its bounds see it. */
+export interface StorageUse {
+  /** Bytes the store uses (SQLite: pages in use × page size, free pages of the file not counted). */
+  readonly usedBytes: number;
+  /** Free bytes of the store's volume, as last measured (plus free pages inside the file). */
+  readonly availableBytes: number;
+  /** Each sender's stored messages, bytes, as counted against its share. */
+  readonly senders: Readonly<Record<string, number>>;
+}
+
+/**
+ * Thrown by commit when the storage itself failed (disk full, an I/O error, a broken file), not
+ * the group's content: the group rolled back as with any error. The adapter counts these to
+ * tell a failing disk (/health 503, a CRIT entry) from a bad request. `cause` is the engine's
+ * error.
+ */
+export class StorageFailure extends Error {
+  override name = 'StorageFailure';
+}
 
 /** The payload of an alert message to alerts_to (CONTRACT.md, "Alerts"). */
 export interface AlertPayload {
@@ -105,8 +174,18 @@ export type DeliveryJson = string;
 /** One write of a group. */
 export type StoreOp =
   | { readonly op: 'append'; readonly drafts: readonly MessageDraft[] }
-  /** Hands out up to `max` ready deliveries of `agent` (critical channels first, sequence order). */
-  | { readonly op: 'lease'; readonly agent: string; readonly max: number; readonly now: number }
+  /**
+   * Hands out up to `max` ready deliveries of `agent` (critical channels first, sequence order),
+   * and with `maxBytes` no more than fit in it, counted as for channelMessages (the first
+   * always): what is not handed out is not leased.
+   */
+  | {
+      readonly op: 'lease';
+      readonly agent: string;
+      readonly max: number;
+      readonly now: number;
+      readonly maxBytes?: number;
+    }
   | { readonly op: 'ack'; readonly agent: string; readonly ids: readonly number[] }
   /** A failed attempt; with `retry` false, dead-lettered at once (`rejected`, `reason` kept). */
   | {
@@ -130,12 +209,16 @@ export type StoreOp =
   | { readonly op: 'sweep'; readonly now: number }
   /** A fresh delivery for a dead letter; a second replay returns the first one's delivery. */
   | { readonly op: 'replay_dead_letter'; readonly id: number; readonly now: number }
-  /** Raises (or counts towards) an aggregated alert about `recipient`. */
+  /**
+   * Raises (or counts `count`, default 1, towards) an aggregated alert about `recipient`;
+   * `messageId`, when given, is listed in it.
+   */
   | {
       readonly op: 'alert';
       readonly recipient: string;
       readonly reason: AlertReason;
-      readonly messageId: string;
+      readonly messageId?: string;
+      readonly count?: number;
       readonly now: number;
     }
   /** Up to `limit` messages received before `before`, except kinds in `keep` and undelivered. */
@@ -187,7 +270,7 @@ export type DeliveryStateName = 'pending' | 'leased' | 'acked' | 'dead_letter';
 
 /** What became of a message, for its sender: each recipient's delivery. */
 export interface MessageStatus {
-  /** The stored message, checksum verified, as readers see it. */
+  /** The stored message, checksum verified, as readers see it; "null" if it fails its checksum. */
   readonly message: string;
   readonly sender: string;
   readonly recipients: readonly {
@@ -216,11 +299,20 @@ export interface Store {
   commit(ops: readonly StoreOp[]): Committed;
   /** Creates the sequence counters of these channels (idempotent). */
   ensureChannels(names: Iterable<string>): void;
-  /** Messages of a channel after `afterSeq`, in sequence order, checksums verified. */
-  channelMessages(channel: string, afterSeq: number, limit: number): string[];
+  /**
+   * Messages of a channel after `afterSeq`, in sequence order, checksums verified: one that
+   * fails its checksum is skipped (never served; the next lease or sweep raises an
+   * alert/integrity about it), and the page still holds `limit` messages when the channel has
+   * them, so an empty page alone means the end. With `maxBytes`, the page ends before its
+   * items would pass it, each counted as its UTF-8 bytes and PAGE_ITEM_OVERHEAD
+   * (protocol/limits.ts), but holds at least the first: a reader goes on with `afterSeq` = the
+   * last one's sequence.
+   */
+  channelMessages(channel: string, afterSeq: number, limit: number, maxBytes?: number): string[];
   /**
    * For the same page of a channel: the state of `reader`'s own delivery of each message it
-   * had one of (its latest, after a replay), by message_id.
+   * had one of (its latest, after a replay), by message_id. The window skips what
+   * channelMessages skipped, so the two agree when called in that order.
    */
   pageDeliveries(
     reader: string,
@@ -228,19 +320,32 @@ export interface Store {
     afterSeq: number,
     limit: number,
   ): Record<string, DeliveryStateName>;
-  /** A message by its message_id with each recipient's latest delivery; undefined if unknown. */
+  /**
+   * A message by its message_id with each recipient's latest delivery; undefined if unknown.
+   * A message that fails its checksum is answered with `message` "null", never its bytes.
+   */
   messageStatus(messageId: string): MessageStatus | undefined;
-  /** Dead letters with id > `after`, oldest first, each with its message. */
-  deadLetters(after: number, limit: number): string[];
+  /**
+   * Dead letters with id > `after`, oldest first, each with its message; `maxBytes` as above.
+   * One whose message fails its checksum (an `integrity` dead letter) has `"message":null`.
+   */
+  deadLetters(after: number, limit: number, maxBytes?: number): string[];
   /** Each agent's last heartbeat and queue depth. */
   agents(ids: Iterable<string>): AgentState[];
   /** Pending plus leased deliveries of an agent, and how many are critical. */
   depth(agent: string): { all: number; critical: number };
+  /**
+   * When the agent's oldest pending delivery (the first to arrive of those waiting to be handed
+   * out, or waiting out a retry's backoff) was ready: its available_at, ms; undefined when none
+   * is pending. From indexes, a few µs: the stall check (adapter/stalls.ts) and /metrics ask it
+   * per agent.
+   */
+  oldestPendingAt(agent: string): number | undefined;
   /** The next moment something falls due: a lease expires, a retry is ready, an alert. */
   nextDue(now: number): number | undefined;
   readonly stats: DeliveryStats;
-  /** Set once a stored message failed its checksum: /health turns 503 and stays there. */
-  readonly corruption: string | undefined;
+  /** The store's use against its bounds (StorageLimits): for /metrics, logs and tests. */
+  storageUse(): StorageUse;
   /** Checks the whole store; resolves with the problems found (none: []). */
   checkIntegrity(): Promise<string[]>;
   close(): void;

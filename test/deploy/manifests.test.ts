@@ -4,8 +4,9 @@
  * them: no probe names a `host`, which the kubelet resolves on the node, and the loopback-only
  * sidecar is probed by exec of `agent-gateway wait-ready` inside its container), the native
  * sidecar fields are there, no pod mounts a service account token, the images build on one
- * pinnable base, and image names and ports agree across files. The systemd units pass
- * `systemd-analyze verify` where it is available.
+ * pinnable base, and image names and ports agree across files, and k8s/ holds no token, only
+ * placeholders the adapter refuses. The systemd units pass `systemd-analyze verify` where it is
+ * available.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -16,10 +17,11 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { ADAPTER_SETTINGS } from '../../src/adapter/settings.js';
+import { devToken, loadTopology, TopologyError } from '../../src/adapter/topology.js';
 import { runWaitReady } from '../../src/cli/wait-ready.js';
 import { SIDECAR_SETTINGS } from '../../src/sidecar/settings.js';
 import { CLI } from '../helpers/cli.js';
-import { tempDir } from '../helpers/topology.js';
+import { sha256Hex, tempDir } from '../helpers/topology.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const k8s = join(root, 'k8s');
@@ -267,6 +269,63 @@ describe('k8s/ and k8s/podman/', () => {
     expect(dockerfile).toMatch(/FROM runtime AS sidecar[\s\S]*EXPOSE 7070/);
     const policy = docs('network-policy.yaml')[0];
     expect(policy.spec.ingress[0].ports[0].port).toBe(listenPort(adapter));
+  });
+});
+
+describe('tokens in k8s/', () => {
+  const [topology] = docs('topology.yaml');
+  const ids: string[] = topology.agents.map((a: Doc) => a.id);
+  const devHashes = new Set(ids.map((id) => sha256Hex(devToken(id))));
+
+  it('ships placeholders in the topology, never a hash, and the adapter refuses them', () => {
+    for (const a of topology.agents) {
+      expect(a.token_sha256, a.id).toBe(`REPLACE-with-sha256-of-${a.id}-token`);
+      expect(devHashes.has(String(a.token_sha256).toLowerCase()), a.id).toBe(false);
+    }
+    // not even AGW_ALLOW_DEV_TOKENS lets the shipped file through
+    for (const allowDevTokens of [false, true]) {
+      expect(() => loadTopology(join(k8s, 'topology.yaml'), { allowDevTokens })).toThrow(
+        /agents\.0\.token_sha256: must be the hex SHA-256 .*\(agent "orchestrator"\)/,
+      );
+    }
+  });
+
+  it('generates no Secret from a literal token: placeholders only', () => {
+    const [k] = docs('kustomization.yaml');
+    const literals: string[] = k.secretGenerator.flatMap((g: Doc) => g.literals ?? []);
+    expect(literals.length).toBeGreaterThan(0);
+    for (const l of literals) expect(l, l).toMatch(/^token=REPLACE-with-[a-z0-9._-]+-token$/);
+    // and nothing under k8s/ names a development token
+    const files = (d: string): string[] =>
+      readdirSync(d, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? files(join(d, e.name)) : [join(d, e.name)],
+      );
+    for (const f of files(k8s)) {
+      const text = readFileSync(f, 'utf8');
+      expect(text, f).not.toMatch(/dev-token-[a-z]/);
+      for (const h of devHashes)
+        expect(text.includes(h), `${f} holds a development hash`).toBe(false);
+      // nor lets them through (a comment may say that it must not)
+      const uncommented = text
+        .split('\n')
+        .filter((l) => !l.trimStart().startsWith('#'))
+        .join('\n');
+      expect(uncommented, f).not.toContain('AGW_ALLOW_DEV_TOKENS');
+    }
+  });
+
+  it('keeps the tokens docs/deploy.md makes out of git, where kustomize may read them', () => {
+    expect(readFileSync(join(k8s, '.gitignore'), 'utf8')).toMatch(/^\/tokens\/$/m);
+    const guide = readFileSync(join(root, 'docs/deploy.md'), 'utf8');
+    expect(guide).toContain('openssl rand -hex 32');
+    expect(guide).toContain('sed -i "s/REPLACE-with-sha256-of-$id-token/$hash/" k8s/topology.yaml');
+  });
+
+  it('refuses the development hashes of examples/topology.yaml unless they are allowed', () => {
+    const examples = join(root, 'examples/topology.yaml');
+    expect(() => loadTopology(examples)).toThrow(TopologyError);
+    expect(() => loadTopology(examples)).toThrow(/AGW_ALLOW_DEV_TOKENS=1/);
+    expect(loadTopology(examples, { allowDevTokens: true }).agents.size).toBe(ids.length);
   });
 });
 

@@ -178,7 +178,7 @@ pod_manifest() {
 }
 mkdir -p "$WORK/tokens"
 for agent in engineering qa; do
-  # the development tokens of k8s/topology.yaml; owned by the sidecar's uid, as in production
+  # the development tokens of examples/topology.yaml; owned by the sidecar's uid, as in production
   printf %s "dev-token-$agent" >"$WORK/tokens/$agent"
   chown 10001:10001 "$WORK/tokens/$agent"
   chmod 0400 "$WORK/tokens/$agent"
@@ -269,10 +269,13 @@ for _ in $(seq 50); do [ -S "$WORK/notify.sock" ] && break; sleep 0.1; done
 [ -S "$WORK/notify.sock" ] || fail "the sd_notify listener did not start"
 # as k8s/podman/agent-gateway-adapter.container runs it: read-only root, no capabilities, the
 # topology and the data volume mounted, journald's socket for its CRIT alerts, and the notify
-# socket passed into the container (Notify=true is --sdnotify=container)
+# socket passed into the container (Notify=true is --sdnotify=container). The topology is
+# examples/topology.yaml (k8s/topology.yaml ships placeholders), whose development tokens the
+# adapter takes only with AGW_ALLOW_DEV_TOKENS=1
 NOTIFY_SOCKET=$WORK/notify.sock podman create --name agent-gateway-adapter --network agents \
   --read-only --cap-drop all --security-opt no-new-privileges --sdnotify=container \
-  -v "$ROOT/k8s/topology.yaml:/etc/agent-gateway/topology.yaml:ro" \
+  -e AGW_ALLOW_DEV_TOKENS=1 \
+  -v "$ROOT/examples/topology.yaml:/etc/agent-gateway/topology.yaml:ro" \
   -v agent-gateway-adapter:/var/lib/agent-gateway \
   -v "$JOURNAL_SOCKET:/run/systemd/journal/socket" \
   "localhost/agent-gateway-adapter:$VERSION" >/dev/null 2>"$WORK/adapter-create.log" ||

@@ -3,11 +3,18 @@
  * are in cli.ts).
  */
 import { join } from 'node:path';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
 import { type Adapter, startAdapter } from '../../src/adapter/server.js';
-import { AdapterSettingsSchema, storeOptions } from '../../src/adapter/settings.js';
+import {
+  ADAPTER_SETTINGS,
+  AdapterSettingsSchema,
+  storeOptions,
+} from '../../src/adapter/settings.js';
 import { compileTopology } from '../../src/adapter/topology.js';
+import type { Emergencies } from '../../src/journald/emergency.js';
+import type { SettingSpec } from '../../src/settings.js';
 import { openStore } from '../../src/store/open.js';
+import type { Store } from '../../src/store/store.js';
 import { type TopologyObject, tempDir, topologyObject, writeTopology } from './topology.js';
 
 export interface TestAdapter {
@@ -15,17 +22,33 @@ export interface TestAdapter {
   url: string;
   db: string;
   dir: string;
+  /** The store the adapter was given (a SqliteStore: tests may cap its pages). */
+  store: Store;
   stop: () => Promise<void>;
 }
 
 export async function startTestAdapter(
   overrides: Record<string, string> = {},
-  opts: { now?: () => number; topology?: TopologyObject } = {},
+  opts: {
+    now?: () => number;
+    topology?: TopologyObject;
+    /** Instead of a silent one. */
+    logger?: Logger;
+    emergencies?: Emergencies;
+    /** AdapterOptions.storageProbeMs. */
+    storageProbeMs?: number;
+  } = {},
 ): Promise<TestAdapter> {
   const { topology = topologyObject(), ...rest } = opts;
   const { dir, cleanup } = tempDir();
   const db = join(dir, 'adapter.db');
   const settings = AdapterSettingsSchema.parse({
+    // every setting's default first (as the CLI has them), so one added needs no line here
+    ...Object.fromEntries(
+      Object.entries(ADAPTER_SETTINGS as Record<string, SettingSpec>).flatMap(([key, spec]) =>
+        spec.default === undefined ? [] : [[key, spec.default]],
+      ),
+    ),
     listen: '127.0.0.1:0',
     topology: writeTopology(dir, topology),
     db,
@@ -44,10 +67,11 @@ export async function startTestAdapter(
     ...overrides,
   });
   const compiled = compileTopology(topology);
+  const store = openStore(settings.db, storeOptions(settings, compiled.alertsTo));
   const adapter = await startAdapter({
     settings,
     topology: compiled,
-    store: openStore(settings.db, storeOptions(settings, compiled.alertsTo)),
+    store,
     logger: pino({ level: 'silent' }),
     ...rest,
   });
@@ -57,6 +81,7 @@ export async function startTestAdapter(
     url: adapter.url,
     db,
     dir,
+    store,
     stop: async () => {
       await adapter.close();
       cleanup();

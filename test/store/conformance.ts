@@ -11,6 +11,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Assignment, Priority } from '../../src/protocol/envelope.js';
+import { PAGE_ITEM_OVERHEAD } from '../../src/protocol/limits.js';
 import type { Delivery, Message } from '../../src/protocol/wire.js';
 import type {
   AlertPayload,
@@ -21,9 +22,11 @@ import type {
   OpResults,
   SentAlert,
   Settled,
+  StorageLimits,
   Store,
   StoreOp,
 } from '../../src/store/store.js';
+import { StorageFailure } from '../../src/store/store.js';
 
 /** What a factory opens for one test. */
 export interface OpenedStore {
@@ -35,15 +38,26 @@ export interface OpenedStore {
    * its checksum as it was, as a flipped bit on disk would (engine-specific, hence here).
    */
   readonly corrupt: (channel: string, seq: number) => Promise<void> | void;
+  /**
+   * Makes the store's storage refuse to grow, as a full disk would, or (false) lets it grow
+   * again; engine-specific. Optional: a store that cannot do this honestly skips those tests.
+   */
+  readonly fillDisk?: (full: boolean) => Promise<void> | void;
 }
 
-export type StoreFactory = (opts: { delivery?: Partial<DeliveryConfig> }) => Promise<OpenedStore>;
+export type StoreFactory = (opts: {
+  delivery?: Partial<DeliveryConfig>;
+  storage?: Partial<StorageLimits>;
+}) => Promise<OpenedStore>;
 
 /** A fixed moment: every time in the suite is T0 plus something. */
 const T0 = Date.UTC(2031, 0, 1);
 const DAY = 24 * 3600 * 1000;
 const ALERTS_TO = 'orchestrator';
 const ALERTS_CHANNEL = `@${ALERTS_TO}`;
+
+/** No storage bound unless a test sets one (the volume's free space is not this suite's). */
+const NO_BOUNDS: StorageLimits = { maxBytes: 2 ** 40, senderShare: 1, reserveBytes: 0 };
 
 /** Every setting spelled out (the suite relies on no store's defaults); jitter ×1.0. */
 const BASE_DELIVERY: DeliveryConfig = {
@@ -193,15 +207,22 @@ export function storeConformance(name: string, factory: StoreFactory): void {
     for (const o of opened.splice(0)) await o.cleanup();
   });
 
-  /** A fresh store with these delivery settings and channel counters (alerts_to's included). */
+  /**
+   * A fresh store with these delivery settings, storage bounds and channel counters
+   * (alerts_to's included).
+   */
   async function open(
     delivery: Partial<DeliveryConfig> = {},
     channels: readonly string[] = [],
-  ): Promise<Harness & { corrupt: OpenedStore['corrupt'] }> {
-    const o = await factory({ delivery: { ...BASE_DELIVERY, ...delivery } });
+    storage: Partial<StorageLimits> = {},
+  ): Promise<Harness & Pick<OpenedStore, 'corrupt' | 'fillDisk'>> {
+    const o = await factory({
+      delivery: { ...BASE_DELIVERY, ...delivery },
+      storage: { ...NO_BOUNDS, ...storage },
+    });
     opened.push(o);
     await o.store.ensureChannels([ALERTS_CHANNEL, '@qa', '@pm', ...channels]);
-    return Object.assign(new Harness(o.store), { corrupt: o.corrupt });
+    return Object.assign(new Harness(o.store), { corrupt: o.corrupt, fillDisk: o.fillDisk });
   }
 
   describe(`${name}: sequences`, () => {
@@ -951,6 +972,37 @@ export function storeConformance(name: string, factory: StoreFactory): void {
         { id: 'qa', last_seen: iso(T0 + 900), queue_depth: 1, critical_depth: 1 },
       ]);
     });
+
+    it('tells when the oldest pending delivery of an agent was ready, critical or normal', async () => {
+      const h = await open({ retryBaseMs: 1000 });
+      expect(await h.store.oldestPendingAt('qa')).toBeUndefined();
+      await h.send(
+        draft({ channel: '@qa', at: T0 + 100 }),
+        draft({ channel: '@qa', at: T0 + 200 }),
+      );
+      await h.send(draft({ channel: '@pm', at: T0 + 300, sender: 'qa', priority: 'critical' }));
+      expect(await h.store.oldestPendingAt('qa')).toBe(T0 + 100);
+      expect(await h.store.oldestPendingAt('pm')).toBe(T0 + 300);
+      // a critical one that arrived first is the oldest, though normal ones are indexed apart
+      await h.send(draft({ channel: '@pm', at: T0 + 350, sender: 'qa' }));
+      expect(await h.store.oldestPendingAt('pm')).toBe(T0 + 300);
+      // leased is not pending: the next one is the oldest
+      const [first] = await h.lease('qa', 1, T0 + 400);
+      expect(await h.store.oldestPendingAt('qa')).toBe(T0 + 200);
+      // nacked, the first is pending again and the oldest, ready once its backoff has passed
+      // (1 s, jitter ×1.0)
+      await h.nack('qa', [first!.delivery_id], T0 + 500);
+      expect(await h.store.oldestPendingAt('qa')).toBe(T0 + 1500);
+      // acked, all of them: none pending
+      const all = await h.lease('qa', 10, T0 + 1500);
+      expect(all).toHaveLength(2);
+      await h.ack(
+        'qa',
+        all.map((d) => d.delivery_id),
+      );
+      expect(await h.store.oldestPendingAt('qa')).toBeUndefined();
+      expect(await h.store.oldestPendingAt('pm')).toBe(T0 + 300);
+    });
   });
 
   describe(`${name}: strict order inside a channel`, () => {
@@ -1133,40 +1185,189 @@ export function storeConformance(name: string, factory: StoreFactory): void {
     });
   });
 
-  describe(`${name}: integrity`, () => {
-    it('refuses to serve a corrupt row with integrity_error and sets corruption', async () => {
+  describe(`${name}: byte-bounded pages`, () => {
+    /** Five 1,000-byte payloads to qa in @qa, at T0. */
+    async function five(h: Harness): Promise<Assignment[]> {
+      const drafts = [1, 2, 3, 4, 5].map((n) =>
+        draft({ channel: '@qa', payloadJson: JSON.stringify({ n, s: 'x'.repeat(1000) }) }),
+      );
+      return await h.send(...drafts);
+    }
+    /** What a page counts of its items: each one's bytes and the overhead beside it. */
+    const bytes = (items: readonly string[]) =>
+      items.reduce((sum, j) => sum + Buffer.byteLength(j) + PAGE_ITEM_OVERHEAD, 0);
+
+    it('ends a replay page before its bytes pass maxBytes, with at least one message', async () => {
       const h = await open();
-      const [, healthy] = await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa' }));
-      expect(h.store.corruption).toBeUndefined();
-      await h.corrupt('@qa', 1);
-      await expect(h.messages('@qa')).rejects.toHaveProperty('code', 'integrity_error');
-      expect(h.store.corruption).toEqual(expect.any(String));
-      expect(h.store.corruption).not.toBe('');
-      // the rows around it are still served
-      expect((await h.messages('@qa', 1)).map((m) => m.message_id)).toEqual([healthy!.message_id]);
+      await five(h);
+      const all = await h.store.channelMessages('@qa', 0, 100);
+      const two = bytes(all.slice(0, 2));
+      // one byte less and only one would fit
+      expect(await h.store.channelMessages('@qa', 0, 100, two - 1)).toEqual(all.slice(0, 1));
+      const page = await h.store.channelMessages('@qa', 0, 100, two + 10);
+      expect(page).toEqual(all.slice(0, 2));
+      // going on from its last sequence
+      const next = await h.store.channelMessages('@qa', 2, 100, two + 10);
+      expect(next).toEqual(all.slice(2, 4));
+      // a bound below one message still answers one; limit still counts
+      expect(await h.store.channelMessages('@qa', 0, 100, 0)).toEqual(all.slice(0, 1));
+      expect(await h.store.channelMessages('@qa', 0, 3, 1e9)).toEqual(all.slice(0, 3));
+      // and the states of the same window
+      const states = await h.store.pageDeliveries('qa', '@qa', 0, page.length);
+      expect(Object.keys(states)).toHaveLength(2);
     });
 
-    it('fails a lease that meets a corrupt row as integrity_error, alone, leasing nothing', async () => {
+    it('leases only the deliveries that fit in maxBytes, at least one; the rest stay pending', async () => {
+      const h = await open();
+      await five(h);
+      // room for two deliveries: each its message and the overhead, which holds its own fields
+      const room = bytes((await h.store.channelMessages('@qa', 0, 2)) as string[]);
+      const got = await h.one({ op: 'lease', agent: 'qa', max: 10, now: T0, maxBytes: room });
+      const leased = got.map((j) => JSON.parse(j) as Delivery);
+      expect(leased.map((d) => d.message.payload.n)).toEqual([1, 2]);
+      expect(got.reduce((sum, j) => sum + Buffer.byteLength(j) + 1, 0)).toBeLessThanOrEqual(room);
+      await h.ack(
+        'qa',
+        leased.map((d) => d.delivery_id),
+      );
+      // had 3-5 been leased, they would wait for their leases to end; they come at once, first
+      // attempts, one by one under a bound below one message
+      const rest: Delivery[] = [];
+      for (let i = 0; i < 3; i++) {
+        const [j] = await h.one({ op: 'lease', agent: 'qa', max: 10, now: T0, maxBytes: 0 });
+        const d = JSON.parse(j!) as Delivery;
+        rest.push(d);
+        await h.ack('qa', [d.delivery_id]);
+      }
+      expect(rest.map((d) => [d.message.payload.n, d.attempt])).toEqual([
+        [3, 1],
+        [4, 1],
+        [5, 1],
+      ]);
+    });
+
+    it('ends a dead-letter page before its bytes pass maxBytes, with at least one', async () => {
+      const h = await open({ maxRetries: 0 });
+      await five(h);
+      const leased = await h.lease('qa', 10, T0);
+      await h.nack(
+        'qa',
+        leased.map((d) => d.delivery_id),
+        T0 + 1,
+      );
+      const all = await h.store.deadLetters(0, 100);
+      expect(all).toHaveLength(5);
+      const page = await h.store.deadLetters(0, 100, bytes(all.slice(0, 3)));
+      expect(page).toEqual(all.slice(0, 3));
+      expect(await h.store.deadLetters(0, 100, bytes(all.slice(0, 3)) - 1)).toEqual(
+        all.slice(0, 2),
+      );
+      expect(await h.store.deadLetters(0, 100, 1)).toEqual(all.slice(0, 1));
+    });
+  });
+
+  describe(`${name}: integrity`, () => {
+    it('never serves a corrupt row: replay skips it and still fills its page, and the next sweep raises one alert/integrity', async () => {
+      const h = await open();
+      const [m1, m2, m3] = await h.send(
+        draft({ channel: '@qa' }),
+        draft({ channel: '@qa' }),
+        draft({ channel: '@qa' }),
+      );
+      await h.corrupt('@qa', 2);
+      const ids = (ms: Message[]) => ms.map((m) => m.message_id);
+      // the first read to meet it, a page of two, reaches past it: a short page is the
+      // channel's end, never a corrupt row
+      expect(ids(await h.messages('@qa', 0, 2))).toEqual([m1!.message_id, m3!.message_id]);
+      expect(ids(await h.messages('@qa'))).toEqual([m1!.message_id, m3!.message_id]);
+      expect(ids(await h.messages('@qa', 1, 1))).toEqual([m3!.message_id]);
+      expect(await h.messages('@qa', 3, 10)).toEqual([]);
+      // the reader's delivery states cover the same window
+      expect(Object.keys(await h.store.pageDeliveries('qa', '@qa', 0, 2))).toEqual([
+        m1!.message_id,
+        m3!.message_id,
+      ]);
+      // its sender is told its recipients' states, never its bytes
+      const status = await h.store.messageStatus(m2!.message_id);
+      expect(status?.message).toBe('null');
+      expect(status?.recipients).toMatchObject([{ agent: 'qa', state: 'pending' }]);
+      // a read hands nothing out: the next sweep tells alerts_to, once
+      const { effects } = await h.sweep(T0 + 1);
+      expect(effects.alerts).toEqual([
+        {
+          kind: 'alert/integrity',
+          payload: {
+            reason: 'checksum_mismatch',
+            recipient: '@qa',
+            count: 1,
+            message_ids: [m2!.message_id],
+            attempts: 0,
+          },
+        },
+      ]);
+      await h.messages('@qa');
+      expect((await h.sweep(T0 + 2)).effects.alerts).toEqual([]);
+      expect(JSON.stringify(await h.alerts())).not.toContain('"jind"');
+    });
+
+    it('quarantines a delivery whose message fails its checksum: a dead letter (integrity) with an alert, and the channel flows on', async () => {
       const h = await open({}, ['ops']);
-      const [good] = await h.send(draft({ channel: 'ops', to: ['qa'], priority: 'critical' }));
-      await h.send(draft({ channel: '@qa' }));
+      const [bad, next, last] = await h.send(
+        draft({ channel: '@qa', at: T0 }),
+        draft({ channel: '@qa', at: T0 }),
+        draft({ channel: '@qa', at: T0 }),
+      );
+      const [crit] = await h.send(draft({ channel: 'ops', to: ['qa'], priority: 'critical' }));
       await h.corrupt('@qa', 1);
-      const { results } = await h.run([
-        { op: 'lease', agent: 'qa', max: 10, now: T0 },
+      const { results, effects } = await h.run([
+        { op: 'lease', agent: 'qa', max: 10, now: T0 + 10 },
         { op: 'append', drafts: [draft({ channel: '@pm' })] }, // the rest of the group commits
       ]);
-      expect(errorCode(results[0])).toBe('integrity_error');
+      const handed = (results[0] as { ok: string[] }).ok.map((j) => JSON.parse(j) as Delivery);
+      // the corrupt one is never handed out, and the messages behind it in its channel are
+      expect(idsOf(handed)).toEqual([crit!.message_id, next!.message_id, last!.message_id]);
+      expect(JSON.stringify(handed)).not.toContain('"jind"');
       expect(outcomesOf(results[1])[0]?.status).toBe(201);
-      expect(h.store.corruption).toEqual(expect.any(String));
-      expect(await h.messages('@pm')).toHaveLength(1);
-      expect(await h.depth('qa')).toEqual({ all: 2, critical: 1 });
-      // nothing was leased by the failed op: the healthy one comes out now, as a first attempt
-      expect(await h.lease('qa', 1, T0 + 1)).toMatchObject([
-        { attempt: 1, message: { message_id: good!.message_id } },
+      expect(effects.alerts).toEqual([
+        {
+          kind: 'alert/integrity',
+          payload: {
+            reason: 'integrity',
+            recipient: 'qa',
+            count: 1,
+            message_ids: [bad!.message_id],
+            attempts: 0,
+          },
+        },
       ]);
-      expect(errorCode(await h.settle({ op: 'lease', agent: 'qa', max: 10, now: T0 + 2 }))).toBe(
-        'integrity_error',
+      const dead = await h.deadLetters();
+      expect(dead).toMatchObject([{ reason: 'integrity', recipient: 'qa', attempts: 0 }]);
+      expect(dead[0]!.message).toBeNull(); // the dead letter names it; its bytes are not served
+      expect(h.store.stats.deadLetters.integrity).toBe(1);
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 1 });
+      const status = await h.store.messageStatus(bad!.message_id);
+      expect(status?.recipients).toMatchObject([
+        { agent: 'qa', state: 'dead_letter', reason: 'integrity' },
+      ]);
+      // an ack of the ones handed out works as ever; nothing of the quarantined comes back
+      await h.ack(
+        'qa',
+        handed.map((d) => d.delivery_id),
       );
+      expect(await h.lease('qa', 10, T0 + 100_000)).toEqual([]);
+    });
+
+    it('hands out what waits behind corrupt rows when they were all a poll met', async () => {
+      const h = await open();
+      const sent = await h.send(
+        draft({ channel: '@qa' }),
+        draft({ channel: '@qa' }),
+        draft({ channel: '@qa' }),
+      );
+      await h.corrupt('@qa', 1);
+      await h.corrupt('@qa', 2);
+      expect(idsOf(await h.lease('qa', 1, T0))).toEqual([sent[2]!.message_id]);
+      expect((await h.deadLetters()).map((d) => d.reason)).toEqual(['integrity', 'integrity']);
     });
 
     it('resolves checkIntegrity with no problems on a healthy store', async () => {
@@ -1178,6 +1379,143 @@ export function storeConformance(name: string, factory: StoreFactory): void {
         got.map((d) => d.delivery_id),
       );
       expect(await h.store.checkIntegrity()).toEqual([]);
+    });
+  });
+
+  describe(`${name}: storage bounds`, () => {
+    const KEEP: readonly string[] = [];
+    /** A draft of about `kib` KiB of payload. */
+    const sized = (kib: number, s: DraftSpec) =>
+      draft({ ...s, payloadJson: JSON.stringify({ text: 'x'.repeat(kib * 1024) }) });
+    /** What a fresh store with nothing in it uses: the bounds below are set from it. */
+    const emptyUse = async () => (await (await open()).store.storageUse()).usedBytes;
+    const refusal = (o: AppendOutcome | undefined) =>
+      o?.status === 'rejected' ? o.error : undefined;
+
+    /** Sends to @qa until one is refused; the stored assignments and the refused outcome. */
+    async function fill(h: Harness, sender: string, kib: number) {
+      const stored: Assignment[] = [];
+      for (let i = 0; i < 200; i++) {
+        const [o] = await h.append(sized(kib, { channel: '@qa', sender, at: T0 + i }));
+        if (o?.status !== 201) return { stored, refused: o };
+        stored.push(o.assignment);
+      }
+      throw new Error('200 messages and no refusal: the bound does not hold');
+    }
+
+    it('refuses new messages past the size bound with storage_full, storing nothing; repeats, alerts and pruning go on, and sends are taken again once space is freed', async () => {
+      const maxBytes = (await emptyUse()) + 256 * 1024;
+      const h = await open({}, [], { maxBytes, senderShare: 1 });
+      const { stored, refused } = await fill(h, 'pm', 16);
+      expect(stored.length).toBeGreaterThanOrEqual(4);
+      const err = refusal(refused);
+      expect(err?.code).toBe('storage_full');
+      expect(err?.status).toBe(503);
+      expect(err?.retryAfterS).toBeGreaterThan(0);
+      expect((await h.store.storageUse()).usedBytes).toBeLessThanOrEqual(maxBytes);
+      // the refusal took no number and stored nothing: the channel holds what was acknowledged
+      const read = await h.messages('@qa');
+      expect(read.map((m) => m.message_id)).toEqual(stored.map((a) => a.message_id));
+      expect(await h.depth('qa')).toEqual({ all: stored.length, critical: 0 });
+      // a repeat of a stored key is answered as before, full or not
+      const again = await h.append({
+        ...sized(16, { channel: '@qa', key: read[0]!.idempotency_key, at: T0 }),
+      });
+      expect(again[0]).toEqual({ status: 200, assignment: stored[0] });
+      // alerts_to is told who was refused (the adapter's own alerts pass the bound)
+      const { results, effects } = await h.run([
+        { op: 'append', drafts: [sized(16, { channel: '@qa', at: T0 + 500 })] },
+        { op: 'sweep', now: T0 + 31_000 },
+      ]);
+      expect(refusal(outcomesOf(results[0])[0])?.code).toBe('storage_full');
+      expect(effects.alerts).toMatchObject([
+        { kind: 'alert/storage', payload: { reason: 'storage_full', recipient: 'pm' } },
+      ]);
+      expect((await h.alerts()).map((m) => m.kind)).toContain('alert/storage');
+      // leases and acks go on; once done with, retention prunes them and frees the space
+      const got = await h.lease('qa', 500, T0 + 1000);
+      expect(got).toHaveLength(stored.length);
+      await h.ack(
+        'qa',
+        got.map((d) => d.delivery_id),
+      );
+      const pruned = await h.one({ op: 'prune', before: T0 + DAY, keep: KEEP, limit: 1000 });
+      expect(pruned).toBe(stored.length);
+      const [after] = await h.send(sized(16, { channel: '@qa', at: T0 + DAY }));
+      expect(after?.channel_sequence_id).toBe(stored.length + 1);
+    });
+
+    it('refuses a sender past its share of the bound while others still send, and takes it again once its messages are pruned', async () => {
+      const maxBytes = (await emptyUse()) + 1024 * 1024;
+      const h = await open({}, [], { maxBytes, senderShare: 0.25 });
+      const { stored, refused } = await fill(h, 'pm', 16);
+      expect(refusal(refused)?.code).toBe('storage_full');
+      expect(refusal(refused)?.message).toContain('pm');
+      // a quarter of the bound, give or take one message and the store's own pages
+      const pmBytes = (await h.store.storageUse()).senders.pm ?? 0;
+      expect(pmBytes).toBeLessThanOrEqual(maxBytes * 0.25);
+      expect(pmBytes).toBeGreaterThan(maxBytes * 0.25 - 32 * 1024);
+      expect(stored.length).toBeGreaterThanOrEqual(4);
+      // another sender is not held back by pm's share
+      await h.send(sized(16, { channel: '@qa', sender: 'engineering', at: T0 + 300 }));
+      const got = await h.lease('qa', 500, T0 + 400);
+      await h.ack(
+        'qa',
+        got.map((d) => d.delivery_id),
+      );
+      await h.one({ op: 'prune', before: T0 + 250, keep: KEEP, limit: 1000 }); // pm's only
+      expect((await h.store.storageUse()).senders.pm ?? 0).toBe(0);
+      expect((await h.store.storageUse()).senders.engineering).toBeGreaterThan(16 * 1024);
+      await h.send(sized(16, { channel: '@qa', sender: 'pm', at: T0 + DAY }));
+    });
+
+    it("refuses new messages when the volume's free space is below the reserve", async () => {
+      const h = await open({}, [], { reserveBytes: 2 ** 50 }); // more than any volume has free
+      const [o] = await h.append(draft({ channel: '@qa' }));
+      expect(refusal(o)?.code).toBe('storage_full');
+      expect(await h.messages('@qa')).toEqual([]);
+      expect((await h.store.storageUse()).availableBytes).toBeLessThan(2 ** 50);
+    });
+
+    it('counts what each sender stores, and gives it back when retention prunes it', async () => {
+      const h = await open();
+      expect((await h.store.storageUse()).senders).toEqual({});
+      await h.send(sized(8, { channel: '@qa', sender: 'pm' }), sized(8, { channel: '@qa' }));
+      const pm = (await h.store.storageUse()).senders.pm!;
+      expect(pm).toBeGreaterThan(2 * 8 * 1024);
+      expect(pm).toBeLessThan(2 * 8 * 1024 + 4096);
+      await expect(
+        h.run([
+          { op: 'append', drafts: [sized(8, { channel: '@qa' })] },
+          { op: 'append', drafts: [draft({ channel: 'no-counter', to: ['qa'] })] },
+        ]),
+      ).rejects.toThrow();
+      expect((await h.store.storageUse()).senders.pm).toBe(pm); // a rollback counts nothing
+      const got = await h.lease('qa', 10, T0);
+      await h.ack(
+        'qa',
+        got.map((d) => d.delivery_id),
+      );
+      await h.one({ op: 'prune', before: T0 + 1, keep: KEEP, limit: 10 });
+      expect((await h.store.storageUse()).senders.pm).toBe(0);
+    });
+
+    it('throws StorageFailure when the storage itself refuses a write, keeps everything committed, and writes again once it has room', async (ctx) => {
+      const h = await open();
+      if (h.fillDisk === undefined) return ctx.skip();
+      const [kept] = await h.send(draft({ channel: '@qa' }));
+      await h.fillDisk(true);
+      const err = await h.run([{ op: 'append', drafts: [sized(200, { channel: '@qa' })] }]).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(StorageFailure);
+      expect(idsOf((await h.messages('@qa')).map((message) => ({ message })))).toEqual([
+        kept!.message_id,
+      ]);
+      await h.fillDisk(false);
+      const [next] = await h.send(sized(200, { channel: '@qa' }));
+      expect(next?.channel_sequence_id).toBe(2);
     });
   });
 }

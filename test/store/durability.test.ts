@@ -137,7 +137,10 @@ describe('fsync calls, counted on a real process', () => {
     for (let i = 0; i < ${N}; i++) { ${ops} }
     store.close();`;
 
-  it('the adapter fsyncs each commit that holds a message, and no lease or ack', () => {
+  // a few node processes under strace: seconds on a loaded machine
+  it('the adapter fsyncs each commit that holds a message, and no lease or ack', {
+    timeout: 60_000,
+  }, () => {
     process.env.DIR = dir;
     const sends = fsyncsOf(adapterScript("store.commit([{ op: 'append', drafts: [draft()] }]);"));
     // open, migrations and the channel counter: a few fsyncs; measured the same way
@@ -165,7 +168,9 @@ describe('fsync calls, counted on a real process', () => {
     expect(alerts - base).toBeGreaterThanOrEqual(2 * N);
   });
 
-  it("the sidecar fsyncs each message it queues, and none of inbox repair's marks", () => {
+  it("the sidecar fsyncs each message it queues, and none of inbox repair's marks", {
+    timeout: 60_000,
+  }, () => {
     process.env.DIR = dir;
     const sidecar = (ops: string) => `
       const { SidecarFile } = await import(dist + 'store/sidecar-file.js');

@@ -7,14 +7,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { openStore } from '../../src/store/open.js';
+import type { SqliteStore } from '../../src/store/sqlite-store.js';
 import { storeConformance } from './conformance.js';
 
-storeConformance('SQLite store', async ({ delivery }) => {
+storeConformance('SQLite store', async ({ delivery, storage }) => {
   const dir = mkdtempSync(join(tmpdir(), 'agw-store-'));
   const file = join(dir, 'adapter.db');
-  const store = openStore(file, { sync: 'full', delivery });
+  const store = openStore(file, { sync: 'full', delivery, storage }) as SqliteStore;
   return {
     store,
+    // SQLite's own page cap (PRAGMA max_page_count) at the pages the file has: writes that need
+    // another page fail with SQLITE_FULL, as on a full disk
+    fillDisk: (full) => store.limitPages(full ? 1 : undefined),
     cleanup: () => {
       store.close();
       rmSync(dir, { recursive: true, force: true });

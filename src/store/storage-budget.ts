@@ -1,0 +1,183 @@
+/**
+ * Storage bounds of the SQLite store (StorageLimits in store.ts): the store's size, each
+ * sender's share of it, and the free space kept on its volume. A new message of an agent is
+ * admitted here, inside the transaction that would write it and before it takes a sequence
+ * number; past a bound it is refused with 503 `storage_full` and nothing of it is written.
+ *
+ * Kept cheap on the send path, and what is exact enough for each bound:
+ * - The store's size is SQLite's own count: (page_count − freelist_count) × page_size, the pages
+ *   in use (pages retention freed are reused before the file grows, so they do not count). Read
+ *   at the first admission of a transaction (two pragmas, ~27 µs), then counted on by each
+ *   message's size in that transaction. Exact at each transaction's start.
+ * - A sender's share counts each of its stored messages by `size`: the stored bytes plus the
+ *   measured cost of a row with its index entries (MESSAGE_OVERHEAD_BYTES) and of each delivery
+ *   (DELIVERY_OVERHEAD_BYTES). An estimate, within a few hundred bytes a message of what the
+ *   pages hold (page slack varies); it only has to keep one sender from taking the whole
+ *   store, and the size bound itself is exact. The totals live in memory, read at open from
+ *   `sender_usage` (one row per sender) and written back in the same transaction as the
+ *   messages they count, so a crash or a rollback never leaves them out of step.
+ * - Free space is statfs of the store's folder (~4 µs), taken at most once a second or after
+ *   the store grew by a quarter of the reserve, plus the free pages inside the file: a fast
+ *   writer cannot overrun the reserve between two looks.
+ */
+import { statfsSync } from 'node:fs';
+import { dirname } from 'node:path';
+import type Database from 'better-sqlite3';
+import { GatewayError } from '../protocol/errors.js';
+import { SQL } from './sql.js';
+import type { StorageLimits, StorageUse } from './store.js';
+
+/**
+ * Measured on this store: 20,000 messages of 388 stored bytes took 778 bytes each with one
+ * recipient and 1,296 with five; so about 256 for the row and its three index entries and
+ * about 128 per delivery row with its indexes. Migration 3 uses the same numbers: never change
+ * them without a migration that recounts `size`.
+ */
+export const MESSAGE_OVERHEAD_BYTES = 256;
+export const DELIVERY_OVERHEAD_BYTES = 128;
+
+/**
+ * Retry-After of `storage_full`: space comes back when retention runs (hourly) or an operator
+ * acts, not in a second; 30 s keeps a fleet of sidecars from asking every second meanwhile.
+ */
+export const STORAGE_FULL_RETRY_AFTER_S = 30;
+
+/** Free space is looked at again after this long, ms. */
+const STATFS_EVERY_MS = 1000;
+
+/** What a message counts against its sender: its stored bytes and rows. */
+export function messageSize(bodyBytes: number, recipients: number): number {
+  return bodyBytes + MESSAGE_OVERHEAD_BYTES + DELIVERY_OVERHEAD_BYTES * recipients;
+}
+
+export class StorageBudget {
+  readonly #limits: StorageLimits;
+  readonly #dir: string;
+  readonly #s;
+  readonly #pageSize: number;
+  #senders = new Map<string, number>();
+  readonly #changed = new Set<string>();
+  /** Bytes in use; undefined until the first admission of a transaction reads it. */
+  #used: number | undefined;
+  #freePagesBytes = 0;
+  /** The volume's free bytes at the last statfs (Infinity when it cannot be read). */
+  #volumeFree = Number.POSITIVE_INFINITY;
+  #volumeAt = Number.NEGATIVE_INFINITY;
+  #usedAtVolume = 0;
+
+  constructor(db: Database.Database, file: string, limits: StorageLimits) {
+    this.#limits = limits;
+    this.#dir = dirname(file);
+    const p = <T = unknown>(sql: string) => db.prepare<unknown[], T>(sql);
+    this.#s = {
+      usage: p<{ sender: string; bytes: number }>(SQL.senderUsage),
+      setUsage: p(SQL.setSenderUsage),
+      pageCount: p<number>(SQL.pageCount).pluck(),
+      freelist: p<number>(SQL.freelistCount).pluck(),
+    };
+    this.#pageSize = p<number>(SQL.pageSize).pluck().get()!;
+    this.reload();
+  }
+
+  /**
+   * The refusal of a new message of `bytes` (messageSize) from `sender` when it would pass a
+   * bound; undefined when it may be written.
+   */
+  admit(sender: string, bytes: number): GatewayError | undefined {
+    const used = this.#readUsed();
+    const { maxBytes, senderShare, reserveBytes } = this.#limits;
+    if (used + bytes > maxBytes) {
+      return full(
+        `the store uses ${mib(used)} of its ${mib(maxBytes)} (AGW_MAX_STORE_BYTES); new messages wait for retention to free space`,
+      );
+    }
+    const share = Math.floor(maxBytes * senderShare);
+    const mine = this.#senders.get(sender) ?? 0;
+    if (mine + bytes > share) {
+      return full(
+        `${sender}'s stored messages use ${mib(mine)} of its share of ${mib(share)} (AGW_SENDER_SHARE_PERCENT of AGW_MAX_STORE_BYTES)`,
+      );
+    }
+    if (reserveBytes > 0) {
+      const available = this.#available(used);
+      if (available - bytes < reserveBytes) {
+        return full(
+          `the store's volume has ${mib(available)} free, and ${mib(reserveBytes)} are kept free (AGW_MIN_FREE_BYTES)`,
+        );
+      }
+    }
+    return undefined;
+  }
+
+  /** A message was written: counted against its sender. */
+  add(sender: string, bytes: number): void {
+    this.#senders.set(sender, (this.#senders.get(sender) ?? 0) + bytes);
+    this.#changed.add(sender);
+    if (this.#used !== undefined) this.#used += bytes;
+  }
+
+  /** A message was pruned. */
+  remove(sender: string, bytes: number): void {
+    this.#senders.set(sender, Math.max(0, (this.#senders.get(sender) ?? 0) - bytes));
+    this.#changed.add(sender);
+  }
+
+  /**
+   * At the end of each transaction, inside it: the changed totals are written with what they
+   * count, and the next transaction reads the size afresh.
+   */
+  save(): void {
+    for (const sender of this.#changed) this.#s.setUsage.run(sender, this.#senders.get(sender));
+    this.#changed.clear();
+    this.#used = undefined;
+  }
+
+  /** At open, and after a rollback: the totals as committed. */
+  reload(): void {
+    this.#senders = new Map(this.#s.usage.all().map((r) => [r.sender, r.bytes]));
+    this.#changed.clear();
+    this.#used = undefined;
+  }
+
+  use(): StorageUse {
+    const used = this.#readUsed();
+    const availableBytes = this.#available(used);
+    this.#used = undefined; // read outside a transaction: not counted on
+    return { usedBytes: used, availableBytes, senders: Object.fromEntries(this.#senders) };
+  }
+
+  #readUsed(): number {
+    if (this.#used === undefined) {
+      const pages = this.#s.pageCount.get()!;
+      const free = this.#s.freelist.get()!;
+      this.#freePagesBytes = free * this.#pageSize;
+      this.#used = (pages - free) * this.#pageSize;
+    }
+    return this.#used;
+  }
+
+  /** Free bytes the store could still grow into: the volume's, and its own free pages. */
+  #available(used: number): number {
+    const now = performance.now();
+    const grown = used - this.#usedAtVolume;
+    if (now - this.#volumeAt >= STATFS_EVERY_MS || grown >= this.#limits.reserveBytes / 4) {
+      try {
+        const fs = statfsSync(this.#dir);
+        this.#volumeFree = fs.bavail * fs.bsize;
+      } catch {
+        this.#volumeFree = Number.POSITIVE_INFINITY; // no statfs here: the other bounds hold
+      }
+      this.#volumeAt = now;
+      this.#usedAtVolume = used;
+    }
+    return this.#volumeFree - Math.max(0, grown) + this.#freePagesBytes;
+  }
+}
+
+function full(message: string): GatewayError {
+  return new GatewayError('storage_full', message, { retryAfterS: STORAGE_FULL_RETRY_AFTER_S });
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+}
