@@ -102,6 +102,7 @@ async function rabbitmq() {
     const ch = await conn.createChannel();
     await ch.prefetch(200);
     await ch.consume(q, (m) => {
+      if (m === null) return; // the broker cancelled the consumer: its queue was deleted
       received++;
       ch.ack(m);
     });

@@ -1,6 +1,8 @@
 // The sidecar's cost and its recovery: send latency agent→sidecar→adapter against
 // agent→adapter at 1 and 16 in flight; the time from the adapter coming back to an outbox of
-// 1,000 queued messages being empty; the sidecar's start-to-listening time and idle RSS.
+// 1,000 queued messages being empty; the sidecar's start-to-listening time and idle RSS. The
+// sidecar runs with the NODE_OPTIONS of its image (docker/Dockerfile, stage `sidecar`), as it
+// runs in a pod.
 //
 //   node bench/sidecar.mjs [--seconds 5]
 import { readFileSync } from 'node:fs';
@@ -18,6 +20,16 @@ import {
 } from './lib.mjs';
 
 const { values } = parseArgs({ options: { seconds: { type: 'string', default: '5' } } });
+
+/** The sidecar image's NODE_OPTIONS (its `ENV ... NODE_OPTIONS=...` line), '' without one. */
+function imageNodeOptions() {
+  // the Dockerfile of the checkout whose CLI runs (bench/run.mjs --before runs an older one)
+  const dockerfile = readFileSync(join(CLI, '../../../docker/Dockerfile'), 'utf8');
+  const stage = dockerfile.split(/^FROM /m).find((s) => /^\S+ AS sidecar\s/.test(s)) ?? '';
+  const m = /\bNODE_OPTIONS=(?:"([^"]*)"|(\S+))/.exec(stage.replace(/^\s*#.*$/gm, ''));
+  return m?.[1] ?? m?.[2] ?? '';
+}
+const nodeOptions = imageNodeOptions();
 const seconds = Number(values.seconds);
 const text = 'x'.repeat(1000);
 const { dir, topology, cleanup } = benchDir();
@@ -37,21 +49,31 @@ const sidecar = await startProcess(
     AGW_BREAKER_BASE_MS: '100',
     AGW_BREAKER_MAX_MS: '1000',
     AGW_LOG_LEVEL: 'info',
+    ...(nodeOptions === '' ? {} : { NODE_OPTIONS: nodeOptions }),
   },
   (e) => e.msg?.includes('listening on'),
 );
 const startMs = performance.now() - t0;
+const rss = () =>
+  round(
+    Number(
+      /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${sidecar.pid}/status`, 'utf8'))?.[1] ?? 0,
+    ) / 1024,
+    1,
+  );
+// 2 s after start is still the start's peak; V8's memory reducer shrinks the heap 8-15 s later,
+// and a sidecar then idles for hours: both are reported
 await new Promise((r) => setTimeout(r, 2000));
-const rssMiB = round(
-  Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${sidecar.pid}/status`, 'utf8'))?.[1] ?? 0) /
-    1024,
-  1,
-);
+const startRss = rss();
+await new Promise((r) => setTimeout(r, 28_000));
 console.log(
   JSON.stringify({
     bench: 'sidecar-idle',
     start_to_listening_ms: Math.round(startMs),
-    idle_rss_mib: rssMiB,
+    rss_2s_mib: startRss,
+    idle_rss_mib: rss(),
+    idle_after_s: 30,
+    node_options: nodeOptions,
   }),
 );
 
