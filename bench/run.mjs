@@ -361,8 +361,9 @@ ${[
   )
   .join('\n')}
 
-An end-to-end trip here is two commits, each with its fsync: the send's, then the lease the
-woken poll writes before it answers.
+An end-to-end trip here is two commits, only the first fsynced: the send's, then the lease the
+woken poll writes before it answers, which is NORMAL (docs/design/durability.md: a lost lease is
+a redelivery).
 
 ## Stored messages
 
@@ -401,9 +402,12 @@ ${[1, 16]
 - ${drain ? `1,000 queued messages: ${drain.adapter_back_to_outbox_empty_ms} ms from the adapter being back (ready) to an empty outbox, with AGW_BREAKER_BASE_MS=${drain.breaker_base_ms} and AGW_BREAKER_MAX_MS=${drain.breaker_max_ms}; with the defaults (1 s doubling to 60 s, full jitter) the wait for the next probe dominates` : ''}
 - ${idle ? `start to listening: ${idle.start_to_listening_ms} ms; RSS 2 s after start ${idle.rss_2s_mib ?? '?'} MiB, idle (30 s after start) ${idle.idle_rss_mib} MiB, with NODE_OPTIONS \`${idle.node_options ?? ''}\` as the image sets them` : ''}
 
-The issue's aim is +0.25 ms p50 and +0.6 ms p99 (Dapr's sidecar: +0.53 / +1.72 ms). Where the
+The aim is +0.25 ms p50 and +0.6 ms p99 (Dapr's sidecar: +0.53 / +1.72 ms). Where the
 sidecar's time goes: it parses and checks the envelope (so a bad one is never queued), then
-makes one more loopback HTTP round trip through an undici Pool and the breaker.
+makes one more loopback HTTP round trip through an undici Pool and the breaker. Under load its
+sends travel together (at most two requests in flight, the rest gathered into the next batch),
+so at 16 and 64 in flight it spares the adapter most of its HTTP work: the table of the path
+agents use below compares it with sending direct.
 
 ## The path agents use: agent → sidecar → adapter → sidecar → agent
 
