@@ -2,9 +2,9 @@
 // in-flight requests over an undici Pool, and summarise latencies.
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
@@ -85,7 +85,25 @@ export function startProcess(
   });
 }
 
-/** Starts `agent-gateway adapter` (the CLI at `cli`, this checkout's by default) on a free port. */
+/**
+ * The benchmarks measure the adapter, not the per-sender rate (AGW_SEND_RATE, 100 a second by
+ * default), which any closed loop here passes at once: AGW_SEND_RATE=0 for a CLI that has the
+ * setting. An older build (AGW_BENCH_CLI, for before/after) refuses an AGW_* variable it does
+ * not know, and has no limit to turn off.
+ */
+function noSendRate(cli) {
+  try {
+    const settings = readFileSync(join(dirname(cli), '..', 'adapter', 'settings.js'), 'utf8');
+    return settings.includes('AGW_SEND_RATE') ? { AGW_SEND_RATE: '0' } : {};
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * Starts `agent-gateway adapter` (the CLI at `cli`, this checkout's by default) on a free port,
+ * with no send rate (noSendRate) unless `env` sets one.
+ */
 export function startAdapter(dir, topology, extraArgs = [], env = {}, cli = CLI) {
   return startProcess(
     [
@@ -99,7 +117,7 @@ export function startAdapter(dir, topology, extraArgs = [], env = {}, cli = CLI)
       join(dir, 'adapter.db'),
       ...extraArgs,
     ],
-    env,
+    { ...noSendRate(cli), ...env },
   );
 }
 

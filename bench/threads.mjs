@@ -8,13 +8,10 @@
 // continuation. One JSON line per measurement on stdout.
 //
 //   node bench/threads.mjs [--seconds 5] [--inflight 16] [--sync full]
-import { dirname, join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import {
   benchDir,
-  CLI,
   closedLoop,
   closedLoopFn,
   histogram,
@@ -45,28 +42,14 @@ const body = (to, extra = {}) =>
   JSON.stringify({ idempotency_key: uuidv7(), to, kind: 'status', payload: { text }, ...extra });
 const emit = (o) => console.log(JSON.stringify({ bench: 'threads', sync: values.sync, ...o }));
 
-/**
- * Whether the adapter under test has per-sender rates (AGW_SEND_RATE): it refuses unknown
- * settings, and its default rate (100 a second per sender) would measure the bucket, not the
- * budget. Read from the CLI's own settings module.
- */
-async function hasSendRate() {
-  try {
-    const settings = pathToFileURL(join(dirname(CLI), '..', 'adapter', 'settings.js')).href;
-    const { ADAPTER_SETTINGS } = await import(settings);
-    return ADAPTER_SETTINGS.sendRate !== undefined;
-  } catch {
-    return false;
-  }
-}
-
 const { dir, topology, cleanup } = benchDir();
-const adapter = await startAdapter(
-  dir,
-  topology,
-  ['--sync', values.sync, '--queue-capacity', '1000000'],
-  (await hasSendRate()) ? { AGW_SEND_RATE: '0' } : {},
-);
+// no per-sender rate (lib.mjs turns it off where the CLI has it): this measures the budgets
+const adapter = await startAdapter(dir, topology, [
+  '--sync',
+  values.sync,
+  '--queue-capacity',
+  '1000000',
+]);
 
 /** Runs one closed loop and reports it with the shape of its commits. */
 async function measure(kind, loop) {

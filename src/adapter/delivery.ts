@@ -197,6 +197,7 @@ export class DeliveryService {
 
   /** Dead-letter and integrity alerts also go to journald as CRIT entries. */
   #raise(a: SentAlert): void {
+    if (a.kind === 'alert/budget') return; // a refusal, answered 422: the alert message tells it
     const reason =
       a.kind === 'alert/integrity'
         ? 'integrity'

@@ -11,7 +11,8 @@ import { MAX_BATCH, pageBudget } from '../protocol/limits.js';
 import { messageIdOf, sequenceOf } from '../protocol/wire.js';
 import type { MessageDraft, Store } from '../store/store.js';
 import type { GroupCommit } from './group-commit.js';
-import { assertReader, route } from './routing.js';
+import { assertReader, readableChannels, route } from './routing.js';
+import type { SendRates } from './send-rate.js';
 import type { Topology } from './topology.js';
 
 export interface WriteContext {
@@ -21,13 +22,15 @@ export interface WriteContext {
   readonly maxMessageBytes: number;
   /** The clock: receipt times come from it. */
   readonly now: () => number;
+  /** Each sender's token bucket (send-rate.ts). */
+  readonly rates: SendRates;
 }
 
 export type Ack = Assignment & { duplicate: boolean };
 
 export type BatchResult =
   | ({ status: 201 | 200 } & Ack)
-  | { status: number; error: string; message: string; field?: string };
+  | { status: number; error: string; message: string; field?: string; retry_after_s?: number };
 
 export async function postMessage(
   ctx: WriteContext,
@@ -35,6 +38,7 @@ export async function postMessage(
   body: Buffer,
 ): Promise<{ status: 201 | 200; ack: Ack }> {
   const draft = toDraft(ctx, sender, parseJson(body), ctx.now());
+  takeToken(ctx, draft);
   const [outcome] = await ctx.commits.run({ op: 'append', drafts: [draft] });
   if (outcome === undefined) throw new Error('group commit returned no outcome');
   if (outcome.status === 'rejected') throw outcome.error;
@@ -46,7 +50,10 @@ export async function postMessage(
 
 /**
  * Each item is answered in order, with the status it would have had alone; the accepted ones
- * are committed together, in the order given, in one transaction.
+ * are committed together, in the order given, in one transaction. Except for the rate: once an
+ * item finds its sender's bucket empty, it and every item after it are refused 429 (not even
+ * parsed), so that nothing after a refused item is stored before it and a drain that sends them
+ * again keeps their order.
  */
 export async function postBatch(
   ctx: WriteContext,
@@ -66,7 +73,18 @@ export async function postBatch(
   const results: BatchResult[] = new Array(items.length);
   const drafts: MessageDraft[] = [];
   const positions: number[] = [];
+  let limited: { at: number; retryAfterS: number } | undefined;
   items.forEach((item, i) => {
+    if (limited !== undefined) {
+      results[i] = errorResult(
+        new GatewayError(
+          'rate_limited',
+          `message ${i} comes after message ${limited.at}, which was rate limited: refused too, so that the batch's order holds`,
+          { retryAfterS: limited.retryAfterS },
+        ),
+      );
+      return;
+    }
     try {
       // checked first: a payload nested past the bound never reaches JSON.stringify below
       const draft = toDraft(ctx, sender, item, receivedAt);
@@ -77,10 +95,12 @@ export async function postBatch(
           `message ${i} is ${size} bytes; the limit is ${ctx.maxMessageBytes}`,
         );
       }
+      takeToken(ctx, draft);
       drafts.push(draft);
       positions.push(i);
     } catch (err) {
       if (!isGatewayError(err)) throw err;
+      if (err.code === 'rate_limited') limited = { at: i, retryAfterS: err.retryAfterS ?? 1 };
       results[i] = errorResult(err);
     }
   });
@@ -149,12 +169,30 @@ function toDraft(
     kind: envelope.kind,
     priority: envelope.priority,
     replyTo: envelope.reply_to_sequence_id ?? null,
+    replyToId: envelope.reply_to ?? null,
+    readable: readableChannels(ctx.topology, sender),
     payloadJson: JSON.stringify(envelope.payload),
     receivedAt,
     recipients,
   };
 }
 
+/**
+ * One token of the sender's bucket for a draft that passed validation; 429 rate_limited when
+ * there is none. A repeat of a stored key takes none: it stores nothing, and a sidecar sending
+ * a batch again after a lost answer must not be refused for what is already in. (Two sends of
+ * one new key that meet in one group commit both take a token, since neither is stored when it
+ * is asked; the second is then answered as a duplicate. A token, no more.)
+ */
+function takeToken(ctx: WriteContext, draft: MessageDraft): void {
+  if (!ctx.rates.limits(draft.sender)) return;
+  if (ctx.store.isStored(draft.sender, draft.idempotencyKey)) return;
+  ctx.rates.take(draft.sender);
+}
+
+/** A 429 says when to come back: in a batch, as `retry_after_s` (there is no header per item). */
 function errorResult(err: GatewayError): BatchResult {
-  return { status: err.status, ...err.toJSON() };
+  return err.status === 429 && err.retryAfterS !== undefined
+    ? { status: err.status, ...err.toJSON(), retry_after_s: err.retryAfterS }
+    : { status: err.status, ...err.toJSON() };
 }

@@ -170,6 +170,23 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
     }),
     route({
       method: 'GET',
+      path: '/v1/threads/:thread_id/messages',
+      who: 'alerts_to',
+      // The operator's view of a conversation: every channel's messages of the thread in commit
+      // order. next_after is the store's cursor (opaque to readers: pass it back as `after`),
+      // null once a page is empty, as for replay.
+      handler: ({ params, query }) => {
+        const page = write.store.threadMessages(
+          params.thread_id!,
+          afterParam(query),
+          limitParam(query),
+          pageBudget(maxPageBytes),
+        );
+        return { body: `{"messages":[${page.messages.join(',')}],"next_after":${page.nextAfter}}` };
+      },
+    }),
+    route({
+      method: 'GET',
       path: '/v1/me',
       who: 'agent',
       handler: ({ ctx }) => ({

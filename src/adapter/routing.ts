@@ -53,6 +53,29 @@ export function assertReader(topology: Topology, reader: string, channel: string
     throw new GatewayError('not_member', `${reader} is not a member of "${channel}"`);
 }
 
+const readable = new WeakMap<Topology, Map<string, ReadonlySet<string>>>();
+
+/**
+ * The channels whose history `agent` may read (assertReader's rule): its group channels and its
+ * own '@agent'. Worked out once per agent: membership is fixed until a restart.
+ */
+export function readableChannels(topology: Topology, agent: string): ReadonlySet<string> {
+  let byAgent = readable.get(topology);
+  if (byAgent === undefined) {
+    byAgent = new Map();
+    readable.set(topology, byAgent);
+  }
+  let channels = byAgent.get(agent);
+  if (channels === undefined) {
+    channels = new Set([
+      `@${agent}`,
+      ...[...topology.channels.values()].filter((c) => c.members.has(agent)).map((c) => c.name),
+    ]);
+    byAgent.set(agent, channels);
+  }
+  return channels;
+}
+
 /** Every channel the topology implies: the group channels and one '@agent' per agent. */
 export function allChannels(topology: Topology): string[] {
   return [...topology.channels.keys(), ...[...topology.agents.keys()].map((a) => `@${a}`)];

@@ -19,6 +19,7 @@ import { AdapterMetrics } from './metrics.js';
 import { Retention } from './retention.js';
 import { adapterRoutes, type Caller, type Who } from './routes.js';
 import { allChannels } from './routing.js';
+import { SendRates } from './send-rate.js';
 import type { AdapterSettings } from './settings.js';
 import { StorageWatch } from './storage-health.js';
 import { agentForTokenHash, type Topology } from './topology.js';
@@ -111,7 +112,14 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
 
   const table = new RouteTable<Who, Caller>(
     adapterRoutes({
-      write: { topology, store, commits, maxMessageBytes: settings.maxMessageBytes, now },
+      write: {
+        topology,
+        store,
+        commits,
+        maxMessageBytes: settings.maxMessageBytes,
+        now,
+        rates: sendRates(settings, topology, now),
+      },
       delivery,
       metrics,
       topology,
@@ -239,6 +247,26 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   };
 
   return { url, ready: readyPromise, integrity, metrics, retention, close };
+}
+
+/** AGW_SEND_RATE / AGW_SEND_BURST, and the agents' own `send_rate` / `send_burst`. */
+function sendRates(settings: AdapterSettings, topology: Topology, now: () => number): SendRates {
+  const own = new Map(
+    [...topology.agents.values()]
+      .filter((a) => a.sendRate !== undefined || a.sendBurst !== undefined)
+      .map((a) => [
+        a.id,
+        {
+          ...(a.sendRate === undefined ? {} : { perSecond: a.sendRate }),
+          ...(a.sendBurst === undefined ? {} : { burst: a.sendBurst }),
+        },
+      ]),
+  );
+  return new SendRates({
+    defaults: { perSecond: settings.sendRate, burst: settings.sendBurst },
+    own,
+    now,
+  });
 }
 
 function authenticate(topology: Topology, req: IncomingMessage): string {

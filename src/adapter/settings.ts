@@ -10,7 +10,8 @@ import {
   DEFAULT_MAX_POLLS_PER_AGENT,
 } from '../protocol/limits.js';
 import { intSetting, listenSetting, type SettingSpec } from '../settings.js';
-import { DEFAULT_DELIVERY, DEFAULT_STORAGE } from '../store/store.js';
+import { DEFAULT_BUDGETS, DEFAULT_DELIVERY, DEFAULT_STORAGE } from '../store/store.js';
+import { DEFAULT_SEND_RATE } from './send-rate.js';
 
 export const ADAPTER_SETTINGS = {
   /** Where the adapter listens. Default 0.0.0.0:8080. */
@@ -25,6 +26,31 @@ export const ADAPTER_SETTINGS = {
   maxMessageBytes: { env: 'AGW_MAX_MESSAGE_BYTES', default: String(DEFAULT_MAX_MESSAGE_BYTES) },
   /** Per-agent bounded queue. Default 500. */
   queueCapacity: { env: 'AGW_QUEUE_CAPACITY', default: String(DEFAULT_DELIVERY.capacity) },
+  /**
+   * Critical deliveries (pending plus leased) one recipient may hold; past it a new critical
+   * copy is dead-lettered (queue_full) with an alert. Default 5000.
+   */
+  criticalCapacity: {
+    env: 'AGW_CRITICAL_CAPACITY',
+    default: String(DEFAULT_DELIVERY.criticalCapacity),
+  },
+  /**
+   * Messages a second each sender may send (its token bucket's refill); 0 turns the limit off.
+   * A topology agent's `send_rate` wins. Default 100.
+   */
+  sendRate: { env: 'AGW_SEND_RATE', default: String(DEFAULT_SEND_RATE.perSecond) },
+  /** Messages each sender may send at once (its bucket's depth). Default 500. */
+  sendBurst: { env: 'AGW_SEND_BURST', default: String(DEFAULT_SEND_RATE.burst) },
+  /**
+   * The deepest reply chain: a reply whose hop would pass it is refused (422
+   * hop_budget_exceeded). Default 8 (seed 002: "16 peer messages or 8 hops").
+   */
+  hopBudget: { env: 'AGW_HOP_BUDGET', default: String(DEFAULT_BUDGETS.hops) },
+  /**
+   * Messages of agents one thread may hold since its last continuation by alerts_to, its root
+   * counted; the next is refused (422 thread_budget_exceeded). Default 16.
+   */
+  threadBudget: { env: 'AGW_THREAD_BUDGET', default: String(DEFAULT_BUDGETS.messages) },
   /** How long a delivery waits for its ack, ms. Default 30000. */
   leaseMs: { env: 'AGW_LEASE_MS', default: String(DEFAULT_DELIVERY.leaseMs) },
   /** The longest lease an extension (POST /v1/leases) may ask for, ms. Default 900000 (15 min). */
@@ -98,6 +124,11 @@ export const AdapterSettingsSchema = z
     sync: z.enum(['full', 'normal'], { error: 'must be full or normal' }),
     maxMessageBytes: intSetting(1024, 16 * 1024 * 1024),
     queueCapacity: intSetting(1, 1_000_000),
+    criticalCapacity: intSetting(1, 1_000_000),
+    sendRate: intSetting(0, 1_000_000),
+    sendBurst: intSetting(1, 1_000_000),
+    hopBudget: intSetting(1, 1_000_000),
+    threadBudget: intSetting(1, 1_000_000),
     leaseMs: intSetting(100, 24 * 3600 * 1000),
     maxLeaseMs: intSetting(1000, 24 * 3600 * 1000),
     maxRetries: intSetting(0, 100),
@@ -158,11 +189,13 @@ export function storeOptions(settings: AdapterSettings, alertsTo: string) {
     sync: settings.sync,
     delivery: {
       capacity: settings.queueCapacity,
+      criticalCapacity: settings.criticalCapacity,
       leaseMs: settings.leaseMs,
       maxRetries: settings.maxRetries,
       retryBaseMs: settings.retryBaseMs,
       alertsTo,
     },
+    budgets: { hops: settings.hopBudget, messages: settings.threadBudget },
     storage: {
       maxBytes: settings.maxStoreBytes,
       senderShare: settings.senderSharePercent / 100,

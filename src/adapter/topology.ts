@@ -26,6 +26,10 @@ const TopologySchema = z.strictObject({
             /^[0-9a-fA-F]{64}$/,
             'must be the hex SHA-256 of the token (64 hex digits; docs/deploy.md, "Tokens", makes one)',
           ),
+        /** Its own AGW_SEND_RATE (messages a second; 0: no limit), for an agent that needs more. */
+        send_rate: z.number().int().min(0).max(1_000_000).optional(),
+        /** Its own AGW_SEND_BURST. */
+        send_burst: z.number().int().min(1).max(1_000_000).optional(),
       }),
     )
     .min(1, 'must list at least one agent'),
@@ -37,6 +41,9 @@ export interface Agent {
   readonly id: string;
   readonly role: string | undefined;
   readonly tokenHash: Buffer;
+  /** Its own send rate and burst (topology `send_rate`, `send_burst`), where it sets them. */
+  readonly sendRate?: number;
+  readonly sendBurst?: number;
 }
 
 export interface Channel {
@@ -122,7 +129,13 @@ export function compileTopology(
       fail(
         `agents.${i}.token_sha256: "${a.id}" has the hash of the public development token "${dev}" (anyone could act as "${a.id}"): put the SHA-256 of a random token there (docs/deploy.md, "Tokens"), or set AGW_ALLOW_DEV_TOKENS=1 for local development`,
       );
-    agents.set(a.id, { id: a.id, role: a.role, tokenHash: Buffer.from(hash, 'hex') });
+    agents.set(a.id, {
+      id: a.id,
+      role: a.role,
+      tokenHash: Buffer.from(hash, 'hex'),
+      ...(a.send_rate === undefined ? {} : { sendRate: a.send_rate }),
+      ...(a.send_burst === undefined ? {} : { sendBurst: a.send_burst }),
+    });
   });
   const channels = new Map<string, Channel>();
   parsed.data.channels.forEach((c, i) => {

@@ -8,6 +8,8 @@
  * const gw = new GatewayClient(); // http://127.0.0.1:7070
  * await gw.send({ to: 'product', kind: 'task/request', payload: { task_id: 'T-1', description: '...' } });
  * await gw.receive(async (m) => { ... }, { signal }); // acks after the handler, nacks if it throws
+ * // in a handler, an answer to m joins m's thread:
+ * //   await gw.send({ to: `@${m.sender}`, kind: 'status', reply_to: m.message_id });
  * ```
  *
  * A send is retried a few times when the answer may change (429, 503, no answer) with the same
@@ -28,6 +30,13 @@ export interface OutgoingMessage {
   readonly priority?: 'normal' | 'critical';
   readonly reply_to_sequence_id?: number;
   /**
+   * The message_id of the message this one answers, in any channel you could see (one you
+   * sent, received, or may replay): the answer joins its thread. A thread has budgets (hops per
+   * chain, messages since the orchestrator last continued it); past one the send throws a
+   * GatewayClientError 422 (`hop_budget_exceeded`, `thread_budget_exceeded`), never retried.
+   */
+  readonly reply_to?: string;
+  /**
    * Made for you (a UUIDv7, once per send() call, kept across its retries) when absent; set
    * your own (derived from what you are answering, say) to make your own retries of a send safe.
    */
@@ -44,6 +53,10 @@ export type SendResult =
       message_id: string;
       channel: string;
       channel_sequence_id: number;
+      /** The thread it joined (its own message_id when it started one). */
+      thread_id: string;
+      /** Its depth in the reply chain: 0 for a message that starts a thread. */
+      hop: number;
       /** true when the key was stored before: by an earlier send, or an earlier try of this one. */
       duplicate: boolean;
     }

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { GatewayError } from './errors.js';
+import { UUIDV7_PATTERN } from './ids.js';
 import { MAX_DEPTH } from './limits.js';
 
 export const PRIORITIES = ['normal', 'critical'] as const;
@@ -80,7 +81,17 @@ export const EnvelopeSchema = z.strictObject({
     .refine((k) => !k.startsWith(ADAPTER_KIND_PREFIX), 'alert/ kinds are sent by the adapter only'),
   /** Left out: critical for CRITICAL_KINDS, else normal (parseEnvelope resolves it). */
   priority: z.enum(PRIORITIES).optional(),
+  /** A sequence of the channel the message travels in: the message it answers. */
   reply_to_sequence_id: z.int().positive().max(Number.MAX_SAFE_INTEGER).nullable().optional(),
+  /**
+   * The message_id of the message it answers, in any channel the sender could see (threads:
+   * CONTRACT.md, "Threads and budgets"). A message_id is a UUIDv7; anything else is a 400.
+   */
+  reply_to: z
+    .string()
+    .regex(UUIDV7_PATTERN, 'must be a message_id (a UUIDv7)')
+    .nullable()
+    .optional(),
   payload: jsonObject.default({}),
   /** Optional; when present it must name the authenticated agent (else 403 sender_mismatch). */
   sender: z.string().optional(),
@@ -98,6 +109,10 @@ export interface Assignment {
   idempotency_key: string;
   /** As resolved: the sender's, or the kind's default. */
   priority: Priority;
+  /** The thread: the replied-to message's, or this message's own message_id when it starts one. */
+  thread_id: string;
+  /** Replies between it and the last continuation of its chain: 0 for a root or a continuation. */
+  hop: number;
 }
 
 /**

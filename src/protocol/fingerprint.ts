@@ -1,8 +1,8 @@
 /**
  * The fingerprint of a request body, which decides "same key, same body" (200 duplicate) from
  * "same key, other body" (409). It covers what the sender chose (to, kind, priority,
- * reply_to_sequence_id, payload) with object keys sorted, so a client that re-serializes the
- * same message in another key order is still recognised as repeating itself.
+ * reply_to_sequence_id, reply_to, payload) with object keys sorted, so a client that
+ * re-serializes the same message in another key order is still recognised as repeating itself.
  */
 import { createHash } from 'node:crypto';
 import type { Envelope } from './envelope.js';
@@ -15,6 +15,10 @@ export function fingerprint(e: Envelope): Buffer {
         kind: e.kind,
         priority: e.priority,
         reply_to_sequence_id: e.reply_to_sequence_id ?? null,
+        // left out when absent (canonicalJson skips undefined), so that a message without it
+        // keeps the fingerprint stored before reply_to existed: a retry across the upgrade is
+        // still a duplicate, not a 409
+        reply_to: e.reply_to ?? undefined,
         payload: e.payload,
       }),
     )

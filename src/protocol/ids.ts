@@ -12,9 +12,12 @@ export function uuidv7(now: number = Date.now()): string {
   return `${time.slice(0, 8)}-${time.slice(8, 12)}-7${random.slice(15)}`;
 }
 
+/** A UUIDv7 in its text form: every message_id is one. */
+export const UUIDV7_PATTERN =
+  /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
+
 /** The milliseconds a UUIDv7 carries, or undefined for anything that is not one. */
 export function uuidv7Time(id: string): number | undefined {
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i.test(id))
-    return undefined;
+  if (!UUIDV7_PATTERN.test(id)) return undefined;
   return Number.parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
 }

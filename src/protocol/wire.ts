@@ -17,6 +17,12 @@ export interface Message {
   readonly kind: string;
   readonly priority: Priority;
   readonly reply_to_sequence_id?: number;
+  /** The message_id of the message it answers, however the sender named it. */
+  readonly reply_to?: string;
+  /** Its thread: the message_id of the thread's first message (its own when it starts one). */
+  readonly thread_id: string;
+  /** Its depth in its reply chain since the last continuation: 0 for a root or a continuation. */
+  readonly hop: number;
   readonly payload: Record<string, unknown>;
 }
 

@@ -6,6 +6,11 @@
  * A send goes into the outbox when the breaker is open, when the adapter fails retryably, or
  * whenever the outbox is not empty, so that a message never overtakes one accepted before it.
  * (Two sends in flight at once have no order between them; the order is that of acceptance.)
+ *
+ * A 429 (the sender's rate at the adapter) is retryable like a 503 but says only "slower": it
+ * never counts against the breaker (circuit-breaker.ts) nor raises a CRIT entry; the message
+ * waits in the outbox and the drain comes back after the Retry-After (`retry_after_s` of a
+ * batch entry), stopping at the first refused entry so that the order holds.
  */
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
@@ -49,6 +54,8 @@ type BatchResult = {
   error?: string;
   channel?: string;
   channel_sequence_id?: number;
+  /** A 429's Retry-After, seconds. */
+  retry_after_s?: unknown;
 } & Record<string, unknown>;
 
 export class Forwarder {
@@ -71,6 +78,11 @@ export class Forwarder {
   /** Sends waiting for a request to the adapter, in arrival order. */
   #waiting: Waiting[] = [];
   #flying = 0;
+  /**
+   * Until when (ms) the adapter asked the drain to wait (a Retry-After): a send that goes
+   * through meanwhile does not start the drain early, as it does after an outage.
+   */
+  #holdUntil = 0;
 
   constructor(opts: ForwarderOptions) {
     this.#o = opts;
@@ -136,8 +148,9 @@ export class Forwarder {
         '/v1/messages/batch',
         `{"messages":[${batch.map((w) => w.body).join(',')}]}`,
       );
-    } catch {
-      for (const w of batch) w.resolve(this.#queue(w.key, w.body));
+    } catch (err) {
+      const after = err instanceof RetryableAnswer ? err.response.retryAfterS : undefined;
+      for (const w of batch) w.resolve(this.#queue(w.key, w.body, after));
       return;
     }
     if (res.status !== 200) {
@@ -149,7 +162,7 @@ export class Forwarder {
     batch.forEach((w, i) => {
       const r = results[i];
       if (r === undefined || isRetryableAnswer(r.status, r.error)) {
-        w.resolve(this.#queue(w.key, w.body));
+        w.resolve(this.#queue(w.key, w.body, retryAfterOf(r)));
         return;
       }
       const { status, ...answer } = r;
@@ -203,11 +216,13 @@ export class Forwarder {
       if (r.retryable) throw new RetryableAnswer(r);
       return r;
     });
-    this.kick(); // any success shows the adapter is back
+    // any success shows the adapter is back; a Retry-After is still honoured
+    if (Date.now() >= this.#holdUntil) this.kick();
     return res;
   }
 
-  #queue(key: string, body: string): SendAnswer {
+  /** Into the outbox; the drain is due after `retryAfterS` when the adapter said so. */
+  #queue(key: string, body: string, retryAfterS?: number): SendAnswer {
     const { outbox, emergencies } = this.#o;
     const taken = outbox.enqueue(key, body);
     if (taken === 'conflict') {
@@ -232,7 +247,7 @@ export class Forwarder {
       );
       return { status: err.status, body: err.toJSON(), retryAfterS: 5 };
     }
-    this.#schedule();
+    this.#schedule(retryAfterS);
     return {
       status: 202,
       body: { status: 'queued', idempotency_key: key, outbox_depth: outbox.depth },
@@ -245,7 +260,9 @@ export class Forwarder {
    * whole is never retried unchanged forever: a 413 halves it at once, any other whole-batch
    * refusal (a 400, a 500) of the same head three times in a row halves it, and a lone entry
    * refused so is set aside in the local dead letters with a CRIT entry: the rest flows on. An
-   * adapter that is away (no answer, 503, 429) only delays the drain. Resolves with undefined
+   * adapter that is away (no answer, 503, 429) only delays the drain, and so does an entry
+   * answered retryably (a 429 of the sender's rate, with every entry after it): the drain keeps
+   * it and the rest, in order, and comes back after its `retry_after_s`. Resolves with undefined
    * when done, else when to try again: 0 for the backoff, n for Retry-After n s.
    */
   async #drain(): Promise<number | undefined> {
@@ -277,22 +294,17 @@ export class Forwarder {
       }
       this.#struck = { seq: -1, times: 0 };
       this.#batchSize = Math.min(MAX_BATCH, this.#batchSize * 2);
-      const { results } = JSON.parse(res.body) as {
-        results: {
-          status: number;
-          error?: string;
-          channel?: string;
-          channel_sequence_id?: number;
-        }[];
-      };
+      const { results } = JSON.parse(res.body) as { results: BatchResult[] };
       const delivered: number[] = [];
       const refused: Refused[] = [];
       let stopAt = -1;
+      let retryAfterS: number | undefined;
       for (let i = 0; i < batch.length; i++) {
         const r = results[i];
         const q = batch[i]!;
         if (r === undefined || isRetryableAnswer(r.status, r.error)) {
           stopAt = i; // keep this one and the rest, in order, for the next try
+          retryAfterS = retryAfterOf(r);
           break;
         }
         if (r.status === 200 || r.status === 201) {
@@ -301,7 +313,7 @@ export class Forwarder {
         } else refused.push({ q, status: r.status, answer: JSON.stringify(r) });
       }
       this.#setAside(delivered, refused);
-      if (stopAt >= 0) return 0;
+      if (stopAt >= 0) return retryAfterS ?? 0;
       this.#delayStep = 0;
     }
     return undefined;
@@ -367,12 +379,19 @@ export class Forwarder {
       retryAfterS !== undefined
         ? retryAfterS * 1000
         : Math.max(50, backoff(this.#delayStep, this.#o.backoff));
+    if (retryAfterS !== undefined) this.#holdUntil = Date.now() + wait;
     this.#delayStep = Math.min(this.#delayStep + 1, 30);
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       this.kick();
     }, wait);
   }
+}
+
+/** A batch entry's Retry-After (`retry_after_s` of a 429), whole seconds; else undefined. */
+function retryAfterOf(r: BatchResult | undefined): number | undefined {
+  const s = r?.retry_after_s;
+  return typeof s === 'number' && Number.isFinite(s) && s > 0 ? Math.ceil(s) : undefined;
 }
 
 /** The adapter's answer as JSON for the local dead letters (a proxy's page is wrapped). */

@@ -116,20 +116,41 @@ export const MIGRATIONS: readonly string[] = [
   ) WITHOUT ROWID;
   INSERT INTO sender_usage (sender, bytes) SELECT sender, sum(size) FROM messages GROUP BY sender;
   `,
+  // 4: threads and their budgets (docs/design/threads.md). A reply keeps its thread's id and its
+  // hop; a message that starts a thread keeps NULL (its thread is its own message_id) and hop 0,
+  // so the rows already stored are roots as they are: adding the columns rewrites no row (a
+  // rewrite of every body would need as much free space again as the store holds, up to 4 GiB
+  // on a 5 GiB volume), and the thread index holds replies only, so a plain send never touches
+  // it. Their stored JSON, written before, lacks thread_id and hop: readers get them spliced in
+  // (sqlite-threads.ts, withThreadFields). One row per thread that has replies: its messages of
+  // agents since the last continuation, the root counted. Budget alerts are aggregated per
+  // (thread, reason) in alert_state, `recipient` holding the thread's id, with the sender of
+  // the latest refusal.
+  `
+  ALTER TABLE messages ADD COLUMN thread_id TEXT;
+  ALTER TABLE messages ADD COLUMN hop INTEGER NOT NULL DEFAULT 0;
+  CREATE INDEX messages_by_thread ON messages (thread_id, id) WHERE thread_id IS NOT NULL;
+  CREATE TABLE threads (
+    thread_id TEXT PRIMARY KEY,
+    count     INTEGER NOT NULL, -- messages of agents since the last continuation
+    last_at   INTEGER NOT NULL  -- the latest message's receipt time, ms: retention's clock
+  ) WITHOUT ROWID;
+  ALTER TABLE alert_state ADD COLUMN sender TEXT;
+  `,
 ];
 
 export const SQL = {
   ensureChannel: 'INSERT INTO channels (name) VALUES (?) ON CONFLICT (name) DO NOTHING',
-  lastSeq: 'SELECT last_seq FROM channels WHERE name = ?',
   nextSeq: 'UPDATE channels SET last_seq = last_seq + 1 WHERE name = ? RETURNING last_seq',
   findByKey: `
-    SELECT message_id, channel, seq, received_at, fingerprint
+    SELECT message_id, channel, seq, received_at, fingerprint,
+           coalesce(thread_id, message_id) AS thread_id, hop
     FROM messages WHERE sender = ? AND idempotency_key = ?`,
   insertMessage: `
     INSERT INTO messages
       (message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
-       received_at, body, checksum, size)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       received_at, body, checksum, size, thread_id, hop)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   channelMessages: `
     SELECT id, seq, body, checksum FROM messages WHERE channel = ? AND seq > ? ORDER BY seq LIMIT ?`,
   // the same, without the rows known to fail their checksum (a JSON array of row ids): used only
@@ -235,14 +256,39 @@ export const SQL = {
       coalesce((SELECT min(id) FROM deliveries WHERE recipient = @agent AND state = 0
                 AND priority = 1), 9e18))`,
 
+  // threads (sqlite-threads.ts): the message a reply names, by message_id (through the
+  // received_at index, as messageById) or by its channel's sequence; what it can see of it
+  replyById: `
+    SELECT id, message_id, channel, sender, coalesce(thread_id, message_id) AS thread_id, hop
+    FROM messages WHERE received_at = ? AND message_id = ?`,
+  replyBySeq: `
+    SELECT id, message_id, channel, sender, coalesce(thread_id, message_id) AS thread_id, hop
+    FROM messages WHERE channel = ? AND seq = ?`,
+  hadDelivery: 'SELECT 1 FROM deliveries WHERE message = ? AND recipient = ? LIMIT 1',
+  threadCount: 'SELECT count FROM threads WHERE thread_id = ?',
+  countThread: `
+    INSERT INTO threads (thread_id, count, last_at) VALUES (?, ?, ?)
+    ON CONFLICT (thread_id) DO UPDATE SET count = excluded.count, last_at = excluded.last_at`,
+  // a thread's messages in commit order: its root (the lowest id of the thread, since every
+  // reply names a message stored before it), then its replies from the thread index
+  threadRoot: `
+    SELECT id, body, checksum FROM messages
+    WHERE received_at = ? AND message_id = ? AND thread_id IS NULL AND id > ?`,
+  threadReplies: `
+    SELECT id, body, checksum FROM messages WHERE thread_id = ? AND id > ? ORDER BY id LIMIT ?`,
+  // threads quiet for the retention period (a scan of the small table, hourly)
+  pruneThreads: `
+    DELETE FROM threads WHERE thread_id IN (SELECT thread_id FROM threads WHERE last_at < ? LIMIT ?)`,
+
   // alerts
   alertState: 'SELECT * FROM alert_state WHERE recipient = ? AND reason = ?',
   upsertAlert: `
-    INSERT INTO alert_state (recipient, reason, kind, last_sent_at, count, message_ids, attempts)
-    VALUES (?, ?, ?, ?, ?, ?, ?)
+    INSERT INTO alert_state
+      (recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (recipient, reason) DO UPDATE SET
       kind = excluded.kind, last_sent_at = excluded.last_sent_at, count = excluded.count,
-      message_ids = excluded.message_ids, attempts = excluded.attempts`,
+      message_ids = excluded.message_ids, attempts = excluded.attempts, sender = excluded.sender`,
   dueAlerts: 'SELECT * FROM alert_state WHERE count > 0 AND last_sent_at <= ?',
   nextAlertDue: 'SELECT min(last_sent_at) FROM alert_state WHERE count > 0',
 

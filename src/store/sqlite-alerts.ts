@@ -1,16 +1,18 @@
 /**
- * Alert aggregation: at most one alert per (recipient, reason) every window (30 s), carrying
+ * Alert aggregation: at most one alert per (subject, reason) every window (30 s), carrying
  * the count since the last, so that a storm of dead letters cannot itself flood alerts_to's
- * queue; the first of a window goes out at once. The counts live in alert_state, so a crash
- * loses none. An alert is a message like any other: this class decides when one is due, and the
- * store writes it (it owns sequences and fan-out). Runs inside the caller's transaction.
+ * queue; the first of a window goes out at once. The subject is the recipient a delivery alert
+ * is about, or the thread a budget alert is about (kept in the same `recipient` column). The
+ * counts live in alert_state, so a crash loses none. An alert is a message like any other: this
+ * class decides when one is due, and the store writes it (it owns sequences and fan-out). Runs
+ * inside the caller's transaction.
  */
 import type Database from 'better-sqlite3';
 import { SQL } from './sql.js';
 import type { CommitEffectsLog } from './sqlite-effects.js';
-import type { AlertPayload, AlertReason, DeliveryStats, SentAlert } from './store.js';
+import type { AlertReason, BudgetReason, DeliveryStats, SentAlert } from './store.js';
 
-const KIND: Record<AlertReason, string> = {
+const KIND: Record<AlertReason, SentAlert['kind']> = {
   lease_expired: 'alert/dead-letter',
   nacked: 'alert/dead-letter',
   rejected: 'alert/dead-letter',
@@ -21,6 +23,8 @@ const KIND: Record<AlertReason, string> = {
   checksum_mismatch: 'alert/integrity',
   storage_full: 'alert/storage',
   write_failures: 'alert/storage',
+  hop_budget_exceeded: 'alert/budget',
+  thread_budget_exceeded: 'alert/budget',
 };
 
 /** Message ids one alert lists (CONTRACT.md: up to 20); the count has them all. */
@@ -34,12 +38,12 @@ interface AlertRow {
   count: number;
   message_ids: string;
   attempts: number;
+  /** Budget alerts: the sender of the latest refusal counted. */
+  sender: string | null;
 }
 
 /** An alert that fell due, to be written as a message at `at`. */
-export interface DueAlert extends SentAlert {
-  readonly at: number;
-}
+export type DueAlert = SentAlert & { readonly at: number };
 
 export class Alerts {
   readonly #windowMs: number;
@@ -63,7 +67,8 @@ export class Alerts {
 
   /**
    * Counts `count` events (default one) towards their (recipient, reason) alert, listing
-   * `messageId` when there is one; due at once if the window passed.
+   * `messageId` when there is one; due at once if the window passed. For a budget reason,
+   * `recipient` is the thread and `sender` who was refused.
    */
   raise(
     recipient: string,
@@ -72,10 +77,18 @@ export class Alerts {
     attempts: number,
     now: number,
     count = 1,
+    sender: string | null = null,
   ) {
     const prior = this.#s.state.get(recipient, reason);
     const ids = prior === undefined ? [] : (JSON.parse(prior.message_ids) as string[]);
-    if (messageId !== undefined && messageId !== '' && ids.length < MAX_IDS) ids.push(messageId);
+    // each id once: budget refusals of replies to one message name it once
+    if (
+      messageId !== undefined &&
+      messageId !== '' &&
+      ids.length < MAX_IDS &&
+      !ids.includes(messageId)
+    )
+      ids.push(messageId);
     const row: AlertRow = {
       recipient,
       reason,
@@ -84,6 +97,7 @@ export class Alerts {
       count: (prior?.count ?? 0) + count,
       message_ids: JSON.stringify(ids),
       attempts,
+      sender: sender ?? prior?.sender ?? null,
     };
     if (now - row.last_sent_at >= this.#windowMs) this.#fallDue(row, now);
     else this.#save(row);
@@ -112,14 +126,33 @@ export class Alerts {
 
   #fallDue(a: AlertRow, now: number): void {
     this.#save({ ...a, last_sent_at: now, count: 0, message_ids: '[]', attempts: 0 });
-    const payload: AlertPayload = {
-      reason: a.reason,
-      recipient: a.recipient,
-      count: a.count,
-      message_ids: JSON.parse(a.message_ids) as string[],
-      attempts: a.attempts,
-    };
-    this.#due.push({ kind: a.kind, payload, at: now });
+    const message_ids = JSON.parse(a.message_ids) as string[];
+    const kind = a.kind as SentAlert['kind'];
+    this.#due.push(
+      kind === 'alert/budget'
+        ? {
+            kind,
+            payload: {
+              reason: a.reason as BudgetReason,
+              thread_id: a.recipient,
+              sender: a.sender ?? '',
+              count: a.count,
+              message_ids,
+            },
+            at: now,
+          }
+        : {
+            kind,
+            payload: {
+              reason: a.reason,
+              recipient: a.recipient,
+              count: a.count,
+              message_ids,
+              attempts: a.attempts,
+            },
+            at: now,
+          },
+    );
     this.#stats.alerts++;
   }
 
@@ -133,6 +166,7 @@ export class Alerts {
       a.count,
       a.message_ids,
       a.attempts,
+      a.sender,
     );
   }
 }

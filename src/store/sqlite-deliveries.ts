@@ -90,10 +90,11 @@ export class Deliveries {
   }
 
   /**
-   * A new delivery of `message` to `recipient`, within the bound: past it, the oldest normal
-   * pending delivery is evicted to the dead letters; if there is none, a normal delivery is
-   * dead-lettered at once (queue_full) and a critical one is taken above the bound with an
-   * overrun alert. Nothing leaves without a dead-letter row.
+   * A new delivery of `message` to `recipient`, within the bounds. A critical one past the
+   * critical bound is dead-lettered at once (queue_full). Past the bound of the queue, the
+   * oldest normal pending delivery is evicted to the dead letters; if there is none, a normal
+   * delivery is dead-lettered at once (queue_full) and a critical one is taken above the bound
+   * with an overrun alert. Nothing leaves without a dead-letter row.
    */
   enqueue(
     message: number,
@@ -104,19 +105,19 @@ export class Deliveries {
     now: number,
     quiet = false,
   ): number {
-    if (this.depth(recipient).all >= this.#cfg.capacity) {
+    const depth = this.depth(recipient);
+    // Critical copies are never evicted: this bound is all that keeps a flood of them from
+    // growing a queue without end. (The adapter's own alerts count too; their dead letters
+    // raise no alert of their own, #deadLetter.)
+    if (priority !== 0 && depth.critical >= this.#cfg.criticalCapacity) {
+      return this.#refuse(message, recipient, channel, priority, now);
+    }
+    if (depth.all >= this.#cfg.capacity) {
       const victim = this.#s.oldestNormal.get(recipient);
       if (victim !== undefined) {
         this.#deadLetter(victim, 'evicted', now);
       } else if (priority === 0) {
-        const state = DeliveryState.deadLetter;
-        const { id } = this.#s.insert.get(message, recipient, channel, priority, state, now)!;
-        this.#deadLetter(
-          { id, message, recipient, state, attempt: 0, priority },
-          'queue_full',
-          now,
-        );
-        return id;
+        return this.#refuse(message, recipient, channel, priority, now);
       } else if (!quiet) {
         // (quiet: the adapter's own alerts overrunning alerts_to's queue raise no alert of
         // their own, or one overrun would feed the next)
@@ -286,6 +287,20 @@ export class Deliveries {
     const wait = Math.round(this.#cfg.retryBaseMs * 2 ** (r.attempt - 1) * jitter);
     this.#s.retryLater.run(now + wait, r.id);
     this.#fx.timingChanged = true;
+  }
+
+  /** A delivery dead-lettered as it is made (queue_full): its row, its dead letter, its alert. */
+  #refuse(
+    message: number,
+    recipient: string,
+    channel: string,
+    priority: number,
+    now: number,
+  ): number {
+    const state = DeliveryState.deadLetter;
+    const { id } = this.#s.insert.get(message, recipient, channel, priority, state, now)!;
+    this.#deadLetter({ id, message, recipient, state, attempt: 0, priority }, 'queue_full', now);
+    return id;
   }
 
   #deadLetter(r: Row, reason: DeadLetterReason, now: number, note: string | null = null): void {

@@ -17,11 +17,13 @@ import { Alerts, type DueAlert } from './sqlite-alerts.js';
 import { Deliveries } from './sqlite-deliveries.js';
 import { CommitEffectsLog } from './sqlite-effects.js';
 import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
+import { type Placement, type ThreadRow, Threads, withThreadFields } from './sqlite-threads.js';
 import { messageSize, StorageBudget } from './storage-budget.js';
 import {
   type AgentState,
   type AppendOutcome,
   type Committed,
+  DEFAULT_BUDGETS,
   DEFAULT_DELIVERY,
   DEFAULT_STORAGE,
   type DeliveryConfig,
@@ -38,6 +40,8 @@ import {
   type StorageUse,
   type Store,
   type StoreOp,
+  type ThreadBudgets,
+  type ThreadPage,
 } from './store.js';
 
 export type { SyncMode } from './sqlite-file.js';
@@ -48,6 +52,8 @@ interface KeyRow {
   seq: number;
   received_at: number;
   fingerprint: Buffer;
+  thread_id: string;
+  hop: number;
 }
 
 interface BodyRow {
@@ -109,6 +115,8 @@ export interface SqliteStoreOptions {
   readonly delivery?: Partial<DeliveryConfig>;
   /** Bounds on what the store holds; DEFAULT_STORAGE for what is left out. */
   readonly storage?: Partial<StorageLimits>;
+  /** Hop and thread budgets; DEFAULT_BUDGETS for what is left out. */
+  readonly budgets?: Partial<ThreadBudgets>;
 }
 
 export class SqliteStore implements Store {
@@ -142,6 +150,7 @@ export class SqliteStore implements Store {
   readonly #fx = new CommitEffectsLog();
   readonly #alerts: Alerts;
   readonly #deliveries: Deliveries;
+  readonly #threads: Threads;
   readonly #budget: StorageBudget;
   readonly #s;
   readonly #tx: (ops: readonly StoreOp[]) => Settled[];
@@ -171,10 +180,11 @@ export class SqliteStore implements Store {
     this.#alertsTo = cfg.alertsTo;
     this.#alerts = new Alerts(this.#db, cfg.alertWindowMs, this.#fx, this.stats);
     this.#deliveries = new Deliveries(this.#db, cfg, this.#alerts, this.#fx, this.stats);
+    const budgets = { ...DEFAULT_BUDGETS, ...opts.budgets };
+    this.#threads = new Threads(this.#db, budgets, this.#alertsTo, this.#alerts);
     this.#budget = new StorageBudget(this.#db, file, { ...DEFAULT_STORAGE, ...opts.storage });
     const p = <T = unknown>(sql: string) => this.#db.prepare<unknown[], T>(sql);
     this.#s = {
-      lastSeq: p<number>(SQL.lastSeq).pluck(),
       nextSeq: p<number>(SQL.nextSeq).pluck(),
       findByKey: p<KeyRow>(SQL.findByKey),
       insertMessage: p(SQL.insertMessage),
@@ -309,21 +319,15 @@ export class SqliteStore implements Store {
           ),
         );
       }
-      const a = assignment(prior.message_id, prior.channel, prior.seq, prior.received_at, d);
+      const { message_id, channel, seq, received_at, thread_id, hop } = prior;
+      const a = assignment(message_id, channel, seq, received_at, d, thread_id, hop);
       return { status: 200, assignment: a };
     }
-    if (d.replyTo !== null) {
-      const last = this.#s.lastSeq.get(d.channel) ?? 0;
-      if (d.replyTo > last) {
-        return rejected(
-          new GatewayError(
-            'reply_to_not_found',
-            `reply_to_sequence_id ${d.replyTo} names no message of ${d.channel} (its last is ${last})`,
-            { field: 'reply_to_sequence_id' },
-          ),
-        );
-      }
-    }
+    // Its thread and hop, and the thread's budgets (sqlite-threads.ts): after the key, so a
+    // repeat is a duplicate whatever the budgets say now; before the storage bound and the
+    // sequence, so a refusal takes no number and stores nothing.
+    const placed = this.#threads.place(d);
+    if (placed instanceof GatewayError) return rejected(placed);
     // A storage bound refuses an agent's message before it takes a number (storage-budget.ts);
     // the adapter's own alerts always pass: small, a few a minute, and they tell of the trouble.
     if (d.sender !== ADAPTER_SENDER) {
@@ -340,8 +344,9 @@ export class SqliteStore implements Store {
     const seq = this.#s.nextSeq.get(d.channel);
     if (seq === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
     this.#holdsMessage = true;
-    const a = assignment(uuidv7(d.receivedAt), d.channel, seq, d.receivedAt, d);
-    const body = messageJson(a, d);
+    const id = uuidv7(d.receivedAt);
+    const a = assignment(id, d.channel, seq, d.receivedAt, d, placed.threadId ?? id, placed.hop);
+    const body = messageJson(a, d, placed);
     const size = messageSize(Buffer.byteLength(body), d.recipients.length);
     const priority = d.priority === 'critical' ? 1 : 0;
     const { lastInsertRowid } = this.#s.insertMessage.run(
@@ -357,7 +362,10 @@ export class SqliteStore implements Store {
       body,
       crc32(body),
       size,
+      placed.threadId,
+      placed.hop,
     );
+    this.#threads.record(placed, d.receivedAt);
     this.#budget.add(d.sender, size);
     const row = Number(lastInsertRowid);
     const quiet = d.sender === ADAPTER_SENDER;
@@ -392,7 +400,8 @@ export class SqliteStore implements Store {
       receivedAt: a.at,
       recipients: [this.#alertsTo],
     });
-    this.#fx.alerts.push({ kind: a.kind, payload: a.payload });
+    const { at: _at, ...sent } = a;
+    this.#fx.alerts.push(sent);
   }
 
   /**
@@ -413,7 +422,7 @@ export class SqliteStore implements Store {
         this.#intactDeliveries(ready, now, met),
         (d) => {
           handed.push(d);
-          return d.body;
+          return withThreadFields(d.body);
         },
         maxBytes,
         DELIVERY_FIELDS_BYTES,
@@ -476,8 +485,12 @@ export class SqliteStore implements Store {
     return { delivery_id: delivery, replayed: true };
   }
 
-  /** With their deliveries, dead letters and idempotency keys. */
+  /**
+   * With their deliveries, dead letters and idempotency keys; and the counts of threads quiet
+   * since `before`.
+   */
   #prune(before: number, keep: readonly string[], limit: number): number {
+    this.#threads.prune(before, limit);
     const rows = this.#s.prunable.all(before, JSON.stringify(keep), limit);
     for (const { id, sender, size } of rows) {
       this.#s.pruneDead.run(id);
@@ -488,6 +501,10 @@ export class SqliteStore implements Store {
     return rows.length;
   }
 
+  isStored(sender: string, idempotencyKey: string): boolean {
+    return this.#s.findByKey.get(sender, idempotencyKey) !== undefined;
+  }
+
   ensureChannels(names: Iterable<string>): void {
     this.#db.transaction(() => {
       for (const n of names) this.#s.ensureChannel.run(n);
@@ -496,7 +513,32 @@ export class SqliteStore implements Store {
 
   channelMessages(channel: string, afterSeq: number, limit: number, maxBytes = Infinity): string[] {
     // iterated, not .all(): rows past the bound are never read into memory
-    return fitting(this.#intactMessages(channel, afterSeq, limit), (r) => r.body, maxBytes);
+    const rows = this.#intactMessages(channel, afterSeq, limit);
+    return fitting(rows, (r) => withThreadFields(r.body), maxBytes);
+  }
+
+  threadMessages(threadId: string, after: number, limit: number, maxBytes = Infinity): ThreadPage {
+    const ids: number[] = [];
+    const messages = fitting(
+      this.#intactThread(threadId, after, limit),
+      (r) => {
+        ids.push(r.id);
+        return withThreadFields(r.body);
+      },
+      maxBytes,
+    );
+    return { messages, nextAfter: messages.length === 0 ? null : ids[messages.length - 1]! };
+  }
+
+  /** Up to `limit` messages of a thread that pass their checksum; one that fails is skipped. */
+  *#intactThread(threadId: string, after: number, limit: number): Generator<ThreadRow> {
+    if (limit <= 0) return;
+    let left = limit;
+    for (const r of this.#threads.rows(threadId, after, limit)) {
+      if (!this.#intact(r, true)) continue;
+      yield r;
+      if (--left === 0) return;
+    }
   }
 
   /**
@@ -545,7 +587,7 @@ export class SqliteStore implements Store {
     const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
     if (m === undefined) return undefined;
     // a corrupt message: its recipients' states are still told, never its bytes
-    const message = this.#intact(m, true) ? m.body : 'null';
+    const message = this.#intact(m, true) ? withThreadFields(m.body) : 'null';
     // a replayed dead letter has a newer delivery: each recipient's latest one tells
     const latest = new Map<string, RecipientRow>();
     for (const r of this.#s.recipients.all(m.id)) latest.set(r.recipient, r);
@@ -576,7 +618,9 @@ export class SqliteStore implements Store {
         note: r.note,
       },
       // an integrity dead letter's message is the corrupt row: named by the alert, never served
-      this.#intact({ id: r.message, body: r.body, checksum: r.checksum }, true) ? r.body : 'null',
+      this.#intact({ id: r.message, body: r.body, checksum: r.checksum }, true)
+        ? withThreadFields(r.body)
+        : 'null',
     );
   }
 
@@ -679,6 +723,8 @@ function assignment(
   seq: number,
   at: number,
   d: MessageDraft,
+  threadId: string,
+  hop: number,
 ): Assignment {
   return {
     message_id: id,
@@ -688,11 +734,17 @@ function assignment(
     idempotency_key: d.idempotencyKey,
     // the same key with the same fingerprint is the same priority: it is part of the fingerprint
     priority: d.priority,
+    thread_id: threadId,
+    hop,
   };
 }
 
-/** The stored message: the assigned fields, the envelope, and the payload bytes as sent. */
-function messageJson(a: Assignment, d: MessageDraft): string {
+/**
+ * The stored message: the assigned fields, the envelope, and the payload bytes as sent. A reply
+ * carries `reply_to`, the message it answers, however it named it; `hop` comes last before the
+ * payload (withThreadFields tells the rows written before threads by its absence there).
+ */
+function messageJson(a: Assignment, d: MessageDraft, p: Placement): string {
   const head = JSON.stringify({
     message_id: a.message_id,
     channel: a.channel,
@@ -704,6 +756,9 @@ function messageJson(a: Assignment, d: MessageDraft): string {
     kind: d.kind,
     priority: d.priority,
     ...(d.replyTo === null ? {} : { reply_to_sequence_id: d.replyTo }),
+    ...(p.replyTo === null ? {} : { reply_to: p.replyTo }),
+    thread_id: a.thread_id,
+    hop: a.hop,
   });
   return `${head.slice(0, -1)},"payload":${d.payloadJson}}`;
 }

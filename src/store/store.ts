@@ -33,7 +33,16 @@ export interface MessageDraft {
   readonly channel: string;
   readonly kind: string;
   readonly priority: Priority;
+  /** reply_to_sequence_id: a sequence of `channel`, the message this one answers. */
   readonly replyTo: number | null;
+  /** reply_to: the message_id of the message this one answers, in any channel. */
+  readonly replyToId?: string | null;
+  /**
+   * Channels whose every message the sender may read (replay): its channels and its own
+   * '@agent'. With what it sent and what it had a delivery of, the messages it may answer
+   * (alerts_to may answer any). Left out: none.
+   */
+  readonly readable?: ReadonlySet<string>;
   /** The payload, already serialized: stored and served as these bytes. */
   readonly payloadJson: string;
   /** Receipt time, ms since the epoch: becomes timestamp_iso8601. */
@@ -50,6 +59,13 @@ export type AppendOutcome =
 export interface DeliveryConfig {
   /** Pending plus leased deliveries one agent may hold. Default 500. */
   readonly capacity: number;
+  /**
+   * Critical deliveries (pending plus leased) one agent may hold; past it a new critical copy is
+   * dead-lettered at once (queue_full) with its alert. Critical copies are never evicted, so
+   * without this bound any agent could grow another's queue without end by marking a flood
+   * critical. Default 5,000: ten full normal queues of escalations.
+   */
+  readonly criticalCapacity: number;
   /** How long a handed-out delivery waits for its ack, ms. Default 30,000. */
   readonly leaseMs: number;
   /** Redeliveries after the first, then dead-letter. Default 3. */
@@ -66,10 +82,25 @@ export interface DeliveryConfig {
 
 export const DEFAULT_DELIVERY: Omit<DeliveryConfig, 'alertsTo'> = {
   capacity: 500,
+  criticalCapacity: 5000,
   leaseMs: 30_000,
   maxRetries: 3,
   retryBaseMs: 1000,
 };
+
+/**
+ * The budgets of a thread (CONTRACT.md, "Threads and budgets"; docs/design/threads.md), kept
+ * in the transaction that stores a reply, so no race of concurrent replies passes one.
+ */
+export interface ThreadBudgets {
+  /** The deepest reply chain: a message whose hop would pass it is refused. Default 8. */
+  readonly hops: number;
+  /** Messages of agents in a thread since its last continuation, the root counted. Default 16. */
+  readonly messages: number;
+}
+
+/** Seed 002's proposal, as CONTRACT.md's defaults: "16 peer messages or 8 hops". */
+export const DEFAULT_BUDGETS: ThreadBudgets = { hops: 8, messages: 16 };
 
 /**
  * Why a delivery went to the dead letters. `integrity`: its message failed its checksum when it
@@ -87,14 +118,20 @@ export type DeadLetterReason =
  * `checksum_mismatch`, a corrupt message met by a read that hands nothing out (replay, dead
  * letters, message status), `recipient` naming its channel; `storage_full`, new messages of
  * `recipient` (a sender) refused by a storage bound; `write_failures`, commits that kept failing
- * on the storage itself (`recipient` "adapter"), written once writes work again.
+ * on the storage itself (`recipient` "adapter"), written once writes work again;
+ * `hop_budget_exceeded` and `thread_budget_exceeded`, replies refused by a thread's budget
+ * (`recipient` naming the thread: alert/budget).
  */
 export type AlertReason =
   | DeadLetterReason
   | 'critical_overrun'
   | 'checksum_mismatch'
   | 'storage_full'
-  | 'write_failures';
+  | 'write_failures'
+  | BudgetReason;
+
+/** Why a reply was refused by its thread's budget: the error code and the alert's reason. */
+export type BudgetReason = 'hop_budget_exceeded' | 'thread_budget_exceeded';
 
 /**
  * Bounds on what the store holds, checked before a new message of an agent is written (alerts,
@@ -152,11 +189,26 @@ export interface AlertPayload {
   readonly attempts: number;
 }
 
-/** An alert the store wrote to alerts_to as a message. */
-export interface SentAlert {
-  readonly kind: string;
-  readonly payload: AlertPayload;
+/**
+ * The payload of alert/budget (CONTRACT.md): replies refused in `thread_id` since the last
+ * alert about it. The refused messages were never stored, so have no id: `message_ids` lists
+ * the messages they replied to (up to 20), and `sender` is the agent refused last.
+ */
+export interface BudgetAlertPayload {
+  readonly reason: BudgetReason;
+  readonly thread_id: string;
+  readonly sender: string;
+  readonly count: number;
+  readonly message_ids: readonly string[];
 }
+
+/** An alert the store wrote to alerts_to as a message. */
+export type SentAlert =
+  | {
+      readonly kind: 'alert/dead-letter' | 'alert/integrity' | 'alert/overrun' | 'alert/storage';
+      readonly payload: AlertPayload;
+    }
+  | { readonly kind: 'alert/budget'; readonly payload: BudgetAlertPayload };
 
 /** Counters the metrics read, since the store opened. */
 export interface DeliveryStats {
@@ -282,6 +334,12 @@ export interface MessageStatus {
   }[];
 }
 
+/** A page of a thread: its messages' JSON, and the cursor after the last (null: empty page). */
+export interface ThreadPage {
+  readonly messages: string[];
+  readonly nextAfter: number | null;
+}
+
 export interface AgentState {
   readonly id: string;
   readonly last_seen: string | null;
@@ -299,6 +357,13 @@ export interface Store {
   commit(ops: readonly StoreOp[]): Committed;
   /** Creates the sequence counters of these channels (idempotent). */
   ensureChannels(names: Iterable<string>): void;
+  /**
+   * Whether a message of `sender` with this idempotency key is stored (until retention prunes
+   * it): a repeat, answered from the store as a duplicate (or a conflict) and storing nothing.
+   * One indexed read; the adapter asks it before a sender's rate, so that a repeat takes no
+   * token. Keys of a group not yet committed are not stored yet.
+   */
+  isStored(sender: string, idempotencyKey: string): boolean;
   /**
    * Messages of a channel after `afterSeq`, in sequence order, checksums verified: one that
    * fails its checksum is skipped (never served; the next lease or sweep raises an
@@ -346,6 +411,13 @@ export interface Store {
   readonly stats: DeliveryStats;
   /** The store's use against its bounds (StorageLimits): for /metrics, logs and tests. */
   storageUse(): StorageUse;
+  /**
+   * A page of a thread (thread_id), every channel's messages of it in commit order, checksums
+   * verified (one that fails is skipped, as in channelMessages), `maxBytes` as there. `after`
+   * is 0 or a page's `nextAfter`: a cursor of this store's own, opaque to readers. An unknown
+   * thread is an empty page.
+   */
+  threadMessages(threadId: string, after: number, limit: number, maxBytes?: number): ThreadPage;
   /** Checks the whole store; resolves with the problems found (none: []). */
   checkIntegrity(): Promise<string[]>;
   close(): void;

@@ -4,11 +4,11 @@
  * and the operator see it.
  */
 import { randomUUID } from 'node:crypto';
-import { closeSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, expect, it } from 'vitest';
 import { runCli, spawnAdapter } from '../helpers/cli.js';
 import { call } from '../helpers/http.js';
+import { scribbleOverMessages } from '../helpers/scribble.js';
 import { tempDir, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-qc-');
@@ -34,10 +34,8 @@ it('a broken page stops the adapter once quick_check ends, with the finding in i
   adapter.child.kill('SIGTERM');
   expect((await adapter.exited).code).toBe(0);
 
-  // scribble over the middle of the file: a run of pages loses its b-tree structure
-  const fd = openSync(db, 'r+');
-  writeSync(fd, Buffer.alloc(4096 * 8, 0x5a), 0, 4096 * 8, 4096 * 20);
-  closeSync(fd);
+  // scribble over pages of message rows: they lose their b-tree structure
+  scribbleOverMessages(db);
 
   const res = await runCli([
     'adapter',

@@ -5,13 +5,14 @@
  * why at fatal in its log.
  */
 import { randomUUID } from 'node:crypto';
-import { closeSync, openSync, writeFileSync, writeSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { EMERGENCY_MESSAGE_ID } from '../../src/journald/emergency.js';
 import { runCli, spawnAdapter } from '../helpers/cli.js';
 import { call } from '../helpers/http.js';
 import { startJournal, type TestJournal } from '../helpers/journald.js';
+import { scribbleOverMessages } from '../helpers/scribble.js';
 import { tempDir, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-startcrit-');
@@ -74,10 +75,8 @@ it('a store that fails quick_check: exit 1 and a CRIT entry with reason integrit
   }
   adapter.child.kill('SIGTERM');
   expect((await adapter.exited).code).toBe(0);
-  // scribble over the middle of the file: a run of pages loses its b-tree structure
-  const fd = openSync(db, 'r+');
-  writeSync(fd, Buffer.alloc(4096 * 8, 0x5a), 0, 4096 * 8, 4096 * 20);
-  closeSync(fd);
+  // scribble over pages of message rows: they lose their b-tree structure
+  scribbleOverMessages(db);
 
   const res = await runCli(
     ['adapter', '--topology', topology, '--db', db, '--listen', '127.0.0.1:0'],

@@ -97,12 +97,12 @@ describe('POST /v1/messages', () => {
     ]);
   });
 
-  it('accepts reply_to_sequence_id only for a sequence the channel has assigned', async () => {
+  it('accepts reply_to_sequence_id only for a message of the channel: 404 reply_to_not_found otherwise', async () => {
     await post('pm', msg('product'));
     const ok = await post('qa', msg('product', { reply_to_sequence_id: 1 }));
     expect(ok.status).toBe(201);
     const bad = await post('qa', msg('product', { reply_to_sequence_id: 3 }));
-    expect(bad.status).toBe(400);
+    expect(bad.status).toBe(404);
     expect(bad.body).toMatchObject({ error: 'reply_to_not_found', field: 'reply_to_sequence_id' });
     const elsewhere = await post('pm', msg('all-agents', { reply_to_sequence_id: 1 }));
     expect(elsewhere.body.error).toBe('reply_to_not_found');
@@ -141,6 +141,8 @@ describe('POST /v1/messages', () => {
         to: 'product',
         kind: 'task/request',
         priority: 'normal',
+        thread_id: ack.body.message_id,
+        hop: 0,
         payload: { task_id: 'T-9', description: 'ship it' },
       },
     ]);

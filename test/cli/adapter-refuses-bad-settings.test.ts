@@ -38,6 +38,11 @@ describe('bad settings', () => {
     [{}, ['--lisen', '1.2.3.4:5'], ['--lisen', 'unknown flag', 'did you mean --listen']],
     [{}, ['--db'], ['--db', 'needs a value']],
     [{ AGW_MAX_LEASE_MS: '5000' }, [], ['AGW_MAX_LEASE_MS', 'at least AGW_LEASE_MS (30000)']],
+    [{ AGW_SEND_BURST: '0' }, [], ['AGW_SEND_BURST', 'integer from 1 to 1000000']],
+    [{}, ['--send-rate', '-1'], ['AGW_SEND_RATE (--send-rate)', 'integer from 0']],
+    [{ AGW_CRITICAL_CAPACITY: '0' }, [], ['AGW_CRITICAL_CAPACITY', 'integer from 1']],
+    [{ AGW_HOP_BUDGET: '0' }, [], ['AGW_HOP_BUDGET', 'integer from 1']],
+    [{}, ['--thread-budget', 'many'], ['AGW_THREAD_BUDGET (--thread-budget)', 'integer']],
   ] as const)('%o %o is refused', async (env, args, parts) => {
     expectOneLine(
       await runCli(['adapter', '--topology', topology, '--db', db, ...args], env),

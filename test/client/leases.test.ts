@@ -143,6 +143,8 @@ function delivery(id: number, leaseEnd: number): Delivery {
       to: '@qa',
       kind: 'task/request',
       priority: 'normal',
+      thread_id: `m-${id}`,
+      hop: 0,
       payload: { task_id: `T-${id}`, description: '...' },
     },
   };

@@ -27,6 +27,10 @@ export interface TestAdapter {
   stop: () => Promise<void>;
 }
 
+/**
+ * `overrides` are settings by key, as strings (`{ queueCapacity: '3' }`). The send rate is off
+ * (`sendRate: '0'`) unless they set it: most tests send faster than AGW_SEND_RATE's default.
+ */
 export async function startTestAdapter(
   overrides: Record<string, string> = {},
   opts: {
@@ -64,6 +68,8 @@ export async function startTestAdapter(
     log: 'stdout',
     journalSocket: '/nonexistent/agw-test-journal.sock',
     logLevel: 'silent',
+    // no send rate: tests send faster than a sender may (the rate's own tests pass sendRate)
+    sendRate: '0',
     ...overrides,
   });
   const compiled = compileTopology(topology);

@@ -60,12 +60,18 @@ function spawnCli(
   });
 }
 
-/** Starts `agent-gateway adapter` as a child process and waits until it is ready. */
+/**
+ * Starts `agent-gateway adapter` as a child process and waits until it is ready. Its send rate
+ * is off (AGW_SEND_RATE=0) unless `env` or a `--send-rate` flag sets it: these tests send
+ * faster than the default allows, and are not about rates.
+ */
 export function spawnAdapter(
   args: string[],
   env: Record<string, string> = {},
 ): Promise<ChildAdapter> {
-  return spawnCli('adapter', args, env, (msg) => msg.startsWith('adapter ready'));
+  return spawnCli('adapter', args, { AGW_SEND_RATE: '0', ...env }, (msg) =>
+    msg.startsWith('adapter ready'),
+  );
 }
 
 /** Starts `agent-gateway sidecar` for an agent as a child process; resolves once it listens. */

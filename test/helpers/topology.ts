@@ -22,7 +22,13 @@ export function sha256Hex(text: string): string {
 }
 
 export interface TopologyObject {
-  agents: { id: string; role?: string; token_sha256: string }[];
+  agents: {
+    id: string;
+    role?: string;
+    token_sha256: string;
+    send_rate?: number;
+    send_burst?: number;
+  }[];
   channels: { name: string; members: string[] }[];
   alerts_to: string;
 }

@@ -311,3 +311,16 @@ it("keeps the agent's emergencies to one budget whatever the reason: past it 429
   expect(refused.every((a) => a.status === 429 && a.code === 'rate_limited')).toBe(true);
   expect(refused.every((a) => (a.retryAfterS ?? 0) > 0)).toBe(true);
 });
+
+it('passes a budget refusal (422) back to the agent and never queues it', async () => {
+  const adapter = await startTestAdapter({ threadBudget: '1' });
+  stops.push(adapter.stop);
+  const pm = await sidecarFor('pm', adapter);
+  const root = JSON.parse((await pm.service.send({ to: '@qa', kind: 'status' })).body as string);
+  expect(root).toMatchObject({ status: 'delivered', thread_id: root.message_id, hop: 0 });
+  // the thread holds its root: any reply of an agent passes AGW_THREAD_BUDGET=1
+  const refused = await pm.service.send({ to: '@qa', kind: 'status', reply_to: root.message_id });
+  expect(refused.status).toBe(422);
+  expect(JSON.parse(refused.body as string)).toMatchObject({ error: 'thread_budget_exceeded' });
+  expect(pm.service.status()).toMatchObject({ outbox: { depth: 0, dead_letters: 0 } });
+});

@@ -11,6 +11,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Assignment, Priority } from '../../src/protocol/envelope.js';
+import { uuidv7 } from '../../src/protocol/ids.js';
 import { PAGE_ITEM_OVERHEAD } from '../../src/protocol/limits.js';
 import type { Delivery, Message } from '../../src/protocol/wire.js';
 import type {
@@ -25,6 +26,7 @@ import type {
   StorageLimits,
   Store,
   StoreOp,
+  ThreadBudgets,
 } from '../../src/store/store.js';
 import { StorageFailure } from '../../src/store/store.js';
 
@@ -48,6 +50,7 @@ export interface OpenedStore {
 export type StoreFactory = (opts: {
   delivery?: Partial<DeliveryConfig>;
   storage?: Partial<StorageLimits>;
+  budgets?: Partial<ThreadBudgets>;
 }) => Promise<OpenedStore>;
 
 /** A fixed moment: every time in the suite is T0 plus something. */
@@ -62,6 +65,7 @@ const NO_BOUNDS: StorageLimits = { maxBytes: 2 ** 40, senderShare: 1, reserveByt
 /** Every setting spelled out (the suite relies on no store's defaults); jitter ×1.0. */
 const BASE_DELIVERY: DeliveryConfig = {
   capacity: 500,
+  criticalCapacity: 5000,
   leaseMs: 30_000,
   maxRetries: 3,
   retryBaseMs: 1000,
@@ -69,6 +73,9 @@ const BASE_DELIVERY: DeliveryConfig = {
   alertWindowMs: 30_000,
   random: () => 0.5,
 };
+
+/** CONTRACT.md's defaults, spelled out: hops per chain, messages per thread. */
+const BASE_BUDGETS: ThreadBudgets = { hops: 8, messages: 16 };
 
 const sha256 = (text: string): Buffer => createHash('sha256').update(text).digest();
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -84,6 +91,10 @@ interface DraftSpec {
   readonly kind?: string;
   readonly priority?: Priority;
   readonly replyTo?: number | null;
+  /** reply_to: a message_id. */
+  readonly replyToId?: string;
+  /** The channels the sender may replay (its group channels, its own '@agent'). */
+  readonly readable?: readonly string[];
   readonly payloadJson?: string;
   readonly at?: number;
 }
@@ -98,6 +109,8 @@ function draft(s: DraftSpec): MessageDraft {
     kind: s.kind ?? 'status',
     priority: s.priority ?? 'normal',
     replyTo: s.replyTo ?? null,
+    ...(s.replyToId === undefined ? {} : { replyToId: s.replyToId }),
+    ...(s.readable === undefined ? {} : { readable: new Set(s.readable) }),
     payloadJson: s.payloadJson ?? '{}',
     receivedAt: s.at ?? T0,
     recipients: s.to ?? (s.channel.startsWith('@') ? [s.channel.slice(1)] : []),
@@ -124,8 +137,12 @@ const outcomesOf = (s: Settled | undefined): AppendOutcome[] => {
   return s.ok as AppendOutcome[];
 };
 
+/** What an alert is about: the recipient of a delivery alert, the thread of a budget alert. */
+const subjectOf = (a: SentAlert): string =>
+  a.kind === 'alert/budget' ? a.payload.thread_id : a.payload.recipient;
+
 const byRecipient = (alerts: readonly SentAlert[]): SentAlert[] =>
-  [...alerts].sort((a, b) => a.payload.recipient.localeCompare(b.payload.recipient));
+  [...alerts].sort((a, b) => subjectOf(a).localeCompare(subjectOf(b)));
 
 /** A store under test, with the operations the tests speak in. */
 class Harness {
@@ -208,17 +225,19 @@ export function storeConformance(name: string, factory: StoreFactory): void {
   });
 
   /**
-   * A fresh store with these delivery settings, storage bounds and channel counters
-   * (alerts_to's included).
+   * A fresh store with these delivery settings, storage bounds, thread budgets and channel
+   * counters (alerts_to's included).
    */
   async function open(
     delivery: Partial<DeliveryConfig> = {},
     channels: readonly string[] = [],
     storage: Partial<StorageLimits> = {},
+    budgets: Partial<ThreadBudgets> = {},
   ): Promise<Harness & Pick<OpenedStore, 'corrupt' | 'fillDisk'>> {
     const o = await factory({
       delivery: { ...BASE_DELIVERY, ...delivery },
       storage: { ...NO_BOUNDS, ...storage },
+      budgets: { ...BASE_BUDGETS, ...budgets },
     });
     opened.push(o);
     await o.store.ensureChannels([ALERTS_CHANNEL, '@qa', '@pm', ...channels]);
@@ -364,6 +383,19 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       expect(next?.channel_sequence_id).toBe(2);
     });
 
+    it('tells whether a key of a sender is stored: not before, nor for a refused one, nor for another sender', async () => {
+      const h = await open();
+      const d = draft({ channel: '@qa', sender: 'pm', key: 'asked-key' });
+      expect(await h.store.isStored('pm', 'asked-key')).toBe(false);
+      const [refused] = await h.append({ ...d, replyTo: 99 }); // beyond the channel's last
+      expect(refused?.status).toBe('rejected');
+      expect(await h.store.isStored('pm', 'asked-key')).toBe(false);
+      await h.send(d);
+      expect(await h.store.isStored('pm', 'asked-key')).toBe(true);
+      expect(await h.store.isStored('engineering', 'asked-key')).toBe(false);
+      expect(await h.store.isStored('pm', 'another-key')).toBe(false);
+    });
+
     it('treats the same key from another sender as a different message', async () => {
       const h = await open();
       const [mine] = await h.send(draft({ channel: '@qa', sender: 'pm', key: 'shared-key' }));
@@ -408,6 +440,284 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       const [reply] = await h.send(draft({ channel: '@qa', replyTo: 2 }));
       expect(reply?.channel_sequence_id).toBe(3);
       expect((await h.messages('@qa', 2))[0]?.reply_to_sequence_id).toBe(2);
+    });
+  });
+
+  describe(`${name}: threads and budgets`, () => {
+    const codeOf = (o: AppendOutcome | undefined) =>
+      o?.status === 'rejected' ? o.error.code : o?.status;
+    const parse = (json: string) => JSON.parse(json) as Message;
+
+    it('puts a reply in the thread of the message it names, in any channel, one hop deeper; every reader sees thread_id and hop', async () => {
+      const h = await open({}, ['product']);
+      const [root] = await h.send(draft({ channel: '@qa', sender: 'pm' })); // pm to qa, direct
+      expect(root).toMatchObject({ thread_id: root!.message_id, hop: 0 });
+      const thread = root!.message_id;
+      // qa answers the direct message in another channel, naming it by message_id
+      const answerDraft = draft({
+        channel: 'product',
+        sender: 'qa',
+        to: ['pm'],
+        replyToId: thread,
+      });
+      const [answer] = await h.send(answerDraft);
+      expect(answer).toMatchObject({ thread_id: thread, hop: 1 });
+      // pm answers that by its sequence in the same channel (product #1)
+      const [again] = await h.send(draft({ channel: 'product', sender: 'pm', replyTo: 1 }));
+      expect(again).toMatchObject({ thread_id: thread, hop: 2 });
+      // replay
+      const [m1, m2] = await h.messages('product');
+      expect(m1).toMatchObject({ reply_to: thread, thread_id: thread, hop: 1 });
+      expect(m1).not.toHaveProperty('reply_to_sequence_id');
+      expect(m2).toMatchObject({
+        reply_to_sequence_id: 1,
+        reply_to: answer!.message_id,
+        thread_id: thread,
+        hop: 2,
+      });
+      const [rootRead] = await h.messages('@qa');
+      expect(rootRead).toMatchObject({ thread_id: thread, hop: 0 });
+      expect(rootRead).not.toHaveProperty('reply_to');
+      // the inbox, message status, the dead letters
+      const [d] = await h.lease('pm', 10, T0);
+      expect(d!.message).toMatchObject({
+        message_id: answer!.message_id,
+        thread_id: thread,
+        hop: 1,
+      });
+      const status = await h.store.messageStatus(answer!.message_id);
+      expect(parse(status!.message)).toMatchObject({ thread_id: thread, hop: 1 });
+      await h.one({ op: 'nack', agent: 'pm', ids: [d!.delivery_id], now: T0, retry: false });
+      expect((await h.deadLetters())[0]!.message).toMatchObject({ thread_id: thread, hop: 1 });
+      // a repeat is answered with the same thread and hop
+      const [repeat] = await h.append(answerDraft);
+      expect(repeat).toEqual({ status: 200, assignment: answer });
+    });
+
+    it('refuses as reply_to_not_found a reply to a message its sender could not see or that does not exist, storing nothing', async () => {
+      const h = await open({}, ['product']);
+      const [dm] = await h.send(draft({ channel: '@qa', sender: 'pm' })); // private to qa
+      const [group] = await h.send(draft({ channel: 'product', sender: 'pm', to: ['qa'] }));
+      const reply = async (sender: string, spec: Partial<DraftSpec>) =>
+        (await h.append(draft({ channel: '@pm', sender, ...spec })))[0];
+      const researchSees = ['@research', 'product'];
+      // research neither sent nor received the direct message, nor may replay @qa
+      const hidden = await reply('research', { replyToId: dm!.message_id, readable: researchSees });
+      expect(codeOf(hidden)).toBe('reply_to_not_found');
+      expect(hidden?.status === 'rejected' && hidden.error.field).toBe('reply_to');
+      expect(codeOf(await reply('research', { replyToId: uuidv7(T0) }))).toBe('reply_to_not_found');
+      // nor a direct channel's sequence it has no part in
+      const bySeq = (await h.append(draft({ channel: '@qa', sender: 'research', replyTo: 1 })))[0];
+      expect(codeOf(bySeq)).toBe('reply_to_not_found');
+      expect(bySeq?.status === 'rejected' && bySeq.error.field).toBe('reply_to_sequence_id');
+      expect(await h.messages('@pm')).toEqual([]);
+      expect(await h.messages('@qa')).toHaveLength(1);
+      // who may: its sender, its recipient (a delivery), a member of its channel, alerts_to
+      expect(codeOf(await reply('pm', { replyToId: dm!.message_id }))).toBe(201);
+      expect(codeOf(await reply('qa', { replyToId: dm!.message_id }))).toBe(201);
+      expect(codeOf(await reply('research', { replyToId: group!.message_id }))).toBe(
+        'reply_to_not_found', // a member it may be, but the store was not told so
+      );
+      expect(
+        codeOf(await reply('research', { replyToId: group!.message_id, readable: researchSees })),
+      ).toBe(201);
+      expect(codeOf(await reply(ALERTS_TO, { replyToId: dm!.message_id }))).toBe(201);
+      // both fields, naming different messages
+      const both = (
+        await h.append(
+          draft({ channel: '@qa', sender: 'pm', replyTo: 1, replyToId: group!.message_id }),
+        )
+      )[0];
+      expect(codeOf(both)).toBe('invalid_envelope');
+      const same = await h.append(
+        draft({ channel: '@qa', sender: 'pm', replyTo: 1, replyToId: dm!.message_id }),
+      );
+      expect(codeOf(same[0])).toBe(201);
+    });
+
+    it('refuses a reply past the hop budget with hop_budget_exceeded, storing nothing; a continuation by alerts_to starts the chain again', async () => {
+      const h = await open({}, [], {}, { hops: 3, messages: 100 });
+      // pm and qa answer each other in their direct channels: hops 0, 1, 2, 3
+      const chain = [(await h.send(draft({ channel: '@qa', sender: 'pm' })))[0]!];
+      const thread = chain[0]!.message_id;
+      const answer = (sender: string, to: Assignment) =>
+        h.append(
+          draft({ channel: sender === 'qa' ? '@pm' : '@qa', sender, replyToId: to.message_id }),
+        );
+      for (const sender of ['qa', 'pm', 'qa']) {
+        const [o] = await answer(sender, chain[chain.length - 1]!);
+        if (o?.status !== 201) throw new Error(`refused: ${codeOf(o)}`);
+        chain.push(o.assignment);
+      }
+      expect(chain.map((a) => [a.thread_id, a.hop])).toEqual([0, 1, 2, 3].map((n) => [thread, n]));
+      const [refused] = await answer('pm', chain[3]!);
+      expect(codeOf(refused)).toBe('hop_budget_exceeded');
+      expect(refused?.status === 'rejected' && refused.error.status).toBe(422);
+      expect(await h.messages('@qa')).toHaveLength(2); // hops 0 and 2: the refusal took no number
+      // alerts_to continues the thread: hop 0 again, and an answer to it is hop 1
+      const [cont] = await h.send(
+        draft({ channel: '@pm', sender: ALERTS_TO, replyToId: chain[3]!.message_id }),
+      );
+      expect(cont).toMatchObject({ thread_id: thread, hop: 0 });
+      const [onward] = await answer('pm', cont!);
+      expect(onward).toMatchObject({ status: 201, assignment: { thread_id: thread, hop: 1 } });
+      // the chain it continued is as deep as before: an answer to its end is still refused
+      expect(codeOf((await answer('pm', chain[3]!))[0])).toBe('hop_budget_exceeded');
+    });
+
+    it('refuses the message past the thread budget with thread_budget_exceeded; refusals do not count; a continuation by alerts_to counts as the first', async () => {
+      const h = await open({}, ['product'], {}, { hops: 100, messages: 4 });
+      const seen = { readable: ['product'] };
+      const [root] = await h.send(draft({ channel: 'product', sender: 'pm' }));
+      const thread = root!.message_id;
+      const inThread = (sender: string, replyToId = thread) =>
+        draft({ channel: 'product', sender, replyToId, ...seen });
+      // the root and three replies: four messages of agents
+      const stored = await h.send(inThread('qa'), inThread('engineering'), inThread('qa'));
+      for (let i = 0; i < 2; i++) {
+        expect(codeOf((await h.append(inThread('research')))[0])).toBe('thread_budget_exceeded');
+      }
+      expect(await h.messages('product')).toHaveLength(4);
+      const later = inThread('growth'); // stored below, and repeated once the thread is full
+      // alerts_to continues (in its own direct channel with pm): it counts as the first again
+      const [cont] = await h.send(draft({ channel: '@pm', sender: ALERTS_TO, replyToId: thread }));
+      expect(cont).toMatchObject({ thread_id: thread, hop: 0 });
+      const more = await h.send(inThread('research'), inThread('qa'), later);
+      expect(more.map((a) => a.thread_id)).toEqual([thread, thread, thread]);
+      const refusedAgain = (await h.append(inThread('engineering', stored[0]!.message_id)))[0];
+      expect(codeOf(refusedAgain)).toBe('thread_budget_exceeded');
+      // a repeat of a stored reply is a duplicate, not a refusal: the key comes first
+      expect(codeOf((await h.append(later))[0])).toBe(200);
+      // another thread has its own count
+      const [other] = await h.send(draft({ channel: 'product', sender: 'qa' }));
+      expect(codeOf((await h.append(inThread('pm', other!.message_id)))[0])).toBe(201);
+    });
+
+    it('stores exactly one of 20 replies in one group to a thread one short of its budget', async () => {
+      const h = await open({}, ['product'], {}, { hops: 100, messages: 3 });
+      const [root] = await h.send(draft({ channel: 'product', sender: 'pm' }));
+      const reply = (sender: string) =>
+        draft({ channel: 'product', sender, replyToId: root!.message_id, readable: ['product'] });
+      await h.send(reply('qa')); // two of three
+      const senders = ['qa', 'engineering', 'research', 'growth'];
+      const outcomes = await h.append(
+        ...Array.from({ length: 20 }, (_, i) => reply(senders[i % 4]!)),
+      );
+      expect(outcomes.map(codeOf)).toEqual([201, ...Array(19).fill('thread_budget_exceeded')]);
+      expect(await h.messages('product')).toHaveLength(3);
+    });
+
+    it('raises alert/budget to alerts_to for the first refusal at once, then once per thread and window with the count since', async () => {
+      const h = await open({ alertWindowMs: 30_000 }, [], {}, { hops: 1, messages: 100 });
+      const start = async (at: number) => {
+        const [root] = await h.send(draft({ channel: '@qa', sender: 'pm', at }));
+        const [reply] = await h.send(
+          draft({ channel: '@pm', sender: 'qa', replyToId: root!.message_id, at }),
+        );
+        return { thread: root!.message_id, reply: reply! };
+      };
+      const a = await start(T0);
+      const b = await start(T0);
+      const refuse = async (t: { reply: Assignment }, at: number) => {
+        const spec = { channel: '@qa', sender: 'pm', replyToId: t.reply.message_id, at };
+        const { results, effects } = await h.run([{ op: 'append', drafts: [draft(spec)] }]);
+        expect(codeOf(outcomesOf(results[0])[0])).toBe('hop_budget_exceeded');
+        return effects.alerts;
+      };
+      const alert = (t: { thread: string; reply: Assignment }, count: number): SentAlert => ({
+        kind: 'alert/budget',
+        payload: {
+          reason: 'hop_budget_exceeded',
+          thread_id: t.thread,
+          sender: 'pm',
+          count,
+          message_ids: [t.reply.message_id],
+        },
+      });
+      expect(await refuse(a, T0 + 1)).toEqual([alert(a, 1)]);
+      for (let i = 0; i < 5; i++) expect(await refuse(a, T0 + 2 + i)).toEqual([]);
+      // another thread's first refusal goes out at once: aggregated per thread
+      expect(await refuse(b, T0 + 10)).toEqual([alert(b, 1)]);
+      expect((await h.sweep(T0 + 30_000)).effects.alerts).toEqual([]);
+      expect((await h.sweep(T0 + 30_001)).effects.alerts).toEqual([alert(a, 5)]);
+      const written = await h.alerts();
+      expect(written.map((m) => [m.kind, m.sender, m.priority])).toEqual(
+        Array(3).fill(['alert/budget', 'adapter', 'critical']),
+      );
+      expect(written.map((m) => m.payload)).toEqual(
+        [alert(a, 1), alert(b, 1), alert(a, 5)].map((x) => x.payload),
+      );
+      expect((await h.sweep(T0 + 90_000)).effects.alerts).toEqual([]);
+    });
+
+    it('pages a thread across channels in commit order, bounded in bytes, with a cursor to go on from', async () => {
+      const h = await open({}, ['product']);
+      const seen = { readable: ['product', '@qa', '@pm'] };
+      const [root] = await h.send(draft({ channel: '@qa', sender: 'pm' }));
+      const thread = root!.message_id;
+      await h.send(draft({ channel: 'product', sender: 'pm' })); // not in the thread
+      const [r1] = await h.send(
+        draft({ channel: 'product', sender: 'qa', replyToId: thread, ...seen }),
+      );
+      await h.send(draft({ channel: '@qa', sender: 'pm' })); // nor this
+      const [r2] = await h.send(
+        draft({ channel: '@pm', sender: ALERTS_TO, replyToId: r1!.message_id }),
+      );
+      const [r3] = await h.send(
+        draft({ channel: ALERTS_CHANNEL, sender: 'pm', replyToId: r2!.message_id }),
+      );
+      const ids = [root, r1, r2, r3].map((a) => a!.message_id);
+      const page = async (after: number, limit: number, maxBytes?: number) => {
+        const p = await h.store.threadMessages(thread, after, limit, maxBytes);
+        return { ...p, messages: p.messages.map(parse) };
+      };
+      const all = await page(0, 100);
+      expect(all.messages.map((m) => m.message_id)).toEqual(ids);
+      expect(all.messages.map((m) => m.channel)).toEqual(['@qa', 'product', '@pm', ALERTS_CHANNEL]);
+      expect(all.messages.every((m) => m.thread_id === thread)).toBe(true);
+      // pages of two, each going on from the last one's cursor, to an empty page
+      const p1 = await page(0, 2);
+      const p2 = await page(p1.nextAfter!, 2);
+      const p3 = await page(p2.nextAfter!, 2);
+      expect([p1, p2].map((p) => p.messages.map((m) => m.message_id))).toEqual([
+        ids.slice(0, 2),
+        ids.slice(2),
+      ]);
+      expect(p3).toEqual({ messages: [], nextAfter: null });
+      // bounded in bytes: ends before passing it, and holds one however small the bound
+      const raw = (await h.store.threadMessages(thread, 0, 100)).messages;
+      const two = raw
+        .slice(0, 2)
+        .reduce((n, j) => n + Buffer.byteLength(j) + PAGE_ITEM_OVERHEAD, 0);
+      expect((await page(0, 100, two)).messages.map((m) => m.message_id)).toEqual(ids.slice(0, 2));
+      expect((await page(0, 100, two - 1)).messages).toHaveLength(1);
+      expect((await page(0, 100, 1)).messages).toHaveLength(1);
+      // a reply starts no thread of its own; an unknown thread, or no id at all, is an empty page
+      for (const unknown of [r1!.message_id, uuidv7(T0), 'not-an-id']) {
+        expect(await h.store.threadMessages(unknown, 0, 100)).toEqual({
+          messages: [],
+          nextAfter: null,
+        });
+      }
+      // a message that fails its checksum is skipped, and the page still holds `limit`
+      await h.corrupt('product', 2); // r1
+      const skipped = await page(0, 2);
+      expect(skipped.messages.map((m) => m.message_id)).toEqual([ids[0], ids[2]]);
+    });
+
+    it('forgets the count of a thread quiet for the retention period, with its pruned messages', async () => {
+      const h = await open({}, ['product'], {}, { hops: 100, messages: 2 });
+      const seen = { readable: ['product'] };
+      const [root] = await h.send(
+        draft({ channel: 'product', sender: 'pm', kind: 'task/request', at: T0 }),
+      );
+      const reply = (at: number) =>
+        draft({ channel: 'product', sender: 'qa', replyToId: root!.message_id, at, ...seen });
+      await h.send(reply(T0));
+      expect(codeOf((await h.append(reply(T0 + 1)))[0])).toBe('thread_budget_exceeded');
+      await h.one({ op: 'prune', before: T0 + DAY, keep: ['task/request'], limit: 10 });
+      expect((await h.messages('product')).map((m) => m.message_id)).toEqual([root!.message_id]);
+      expect(codeOf((await h.append(reply(T0 + 2 * DAY)))[0])).toBe(201);
     });
   });
 
@@ -517,6 +827,42 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       ]);
       expect(await h.deadLetters()).toEqual([]);
       expect(await h.lease('qa', 10, T0 + 11)).toHaveLength(4);
+    });
+
+    it('dead-letters a new critical delivery as queue_full with an alert past criticalCapacity, whatever room the queue has', async () => {
+      const h = await open({ capacity: 10, criticalCapacity: 2 }, ['product']);
+      const crit = await h.send(
+        ...[0, 1].map((i) => draft({ channel: '@qa', priority: 'critical', at: T0 + i })),
+      );
+      const over = draft({ channel: '@qa', priority: 'critical', at: T0 + 10 });
+      const { results, effects } = await h.run([{ op: 'append', drafts: [over] }]);
+      const [outcome] = outcomesOf(results[0]);
+      if (outcome?.status !== 201) throw new Error('the message itself must be stored');
+      expect(effects.woken.has('qa')).toBe(false);
+      expect(await h.depth('qa')).toEqual({ all: 2, critical: 2 });
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.recipient, d.attempts, d.message.message_id])).toEqual([
+        ['queue_full', 'qa', 0, outcome.assignment.message_id],
+      ]);
+      const payload: AlertPayload = {
+        reason: 'queue_full',
+        recipient: 'qa',
+        count: 1,
+        message_ids: [outcome.assignment.message_id],
+        attempts: 0,
+      };
+      expect(effects.alerts).toEqual([{ kind: 'alert/dead-letter', payload }]);
+      expect(await h.alerts()).toMatchObject([{ kind: 'alert/dead-letter', payload }]);
+      // normal copies still have room; the critical bound counts critical ones only
+      await h.send(draft({ channel: 'product', to: ['qa'], at: T0 + 11 }));
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 2 });
+      // once one is acked, a critical copy is taken again
+      const leased = await h.lease('qa', 10, T0 + 12);
+      expect(idsOf(leased).slice(0, 2)).toEqual(crit.map((a) => a.message_id));
+      await h.ack('qa', [leased[0]!.delivery_id]);
+      await h.send(draft({ channel: '@qa', priority: 'critical', at: T0 + 13 }));
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 2 });
+      expect(await h.deadLetters()).toHaveLength(1);
     });
 
     it('keeps depth() in step through enqueue, lease, ack, dead letter and replay', async () => {
@@ -869,9 +1215,7 @@ export function storeConformance(name: string, factory: StoreFactory): void {
 
       const end = await h.sweep(T0 + 30_000);
       const sent = byRecipient(end.effects.alerts);
-      expect(
-        sent.map((a) => [a.kind, a.payload.reason, a.payload.recipient, a.payload.count]),
-      ).toEqual([
+      expect(sent.map((a) => [a.kind, a.payload.reason, subjectOf(a), a.payload.count])).toEqual([
         ['alert/dead-letter', 'queue_full', 'pm', 399],
         ['alert/dead-letter', 'queue_full', 'qa', 599],
       ]);
@@ -1088,7 +1432,7 @@ export function storeConformance(name: string, factory: StoreFactory): void {
         recipient: 'qa',
         message: { message_id: m!.message_id },
       });
-      expect(effects.alerts.map((a) => [a.kind, a.payload.reason, a.payload.recipient])).toEqual([
+      expect(effects.alerts.map((a) => [a.kind, a.payload.reason, subjectOf(a)])).toEqual([
         ['alert/dead-letter', 'rejected', 'qa'],
       ]);
       expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });

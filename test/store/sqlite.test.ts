@@ -10,10 +10,10 @@ import { openStore } from '../../src/store/open.js';
 import type { SqliteStore } from '../../src/store/sqlite-store.js';
 import { storeConformance } from './conformance.js';
 
-storeConformance('SQLite store', async ({ delivery, storage }) => {
+storeConformance('SQLite store', async ({ delivery, storage, budgets }) => {
   const dir = mkdtempSync(join(tmpdir(), 'agw-store-'));
   const file = join(dir, 'adapter.db');
-  const store = openStore(file, { sync: 'full', delivery, storage }) as SqliteStore;
+  const store = openStore(file, { sync: 'full', delivery, storage, budgets }) as SqliteStore;
   return {
     store,
     // SQLite's own page cap (PRAGMA max_page_count) at the pages the file has: writes that need
