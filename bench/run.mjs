@@ -64,6 +64,7 @@ const rows = values.from
       ...(await run('peers-fanout.mjs', ['--seconds', seconds])),
       ...(await run('stored.mjs', ['--seconds', seconds])),
       ...(await run('sidecar.mjs', ['--seconds', seconds])),
+      ...(await run('threads.mjs', ['--seconds', seconds])),
       ...(await run('trip.mjs', [
         '--seconds',
         String(Number(seconds) * 2),
@@ -408,6 +409,22 @@ makes one more loopback HTTP round trip through an undici Pool and the breaker. 
 sends travel together (at most two requests in flight, the rest gathered into the next batch),
 so at 16 and 64 in flight it spares the adapter most of its HTTP work: the table of the path
 agents use below compares it with sending direct.
+
+## Threads and budgets on the send path
+
+\`bench/threads.mjs\`: acked sends at 16 in flight, plain (each starts a thread) against replies
+in long threads (each names the previous message of its thread; the orchestrator continues a
+thread before a budget would refuse), same adapter, same run.
+
+| sends | acked msgs/s | p50 ms | p99 ms | messages per commit |
+|---|---|---|---|---|
+${rows
+  .filter((r) => r.bench === 'threads' && r.build === 'after' && r.per_second !== undefined)
+  .map(
+    (r) =>
+      `| ${r.kind} | ${r.per_second.toLocaleString('en')} | ${r.p50_ms} | ${r.p99_ms} | ${r.messages_per_commit} |`,
+  )
+  .join('\n')}
 
 ## The path agents use: agent → sidecar → adapter → sidecar → agent
 
