@@ -25,6 +25,9 @@ import { sidecarRoutes, type Who } from './routes.js';
 import { SidecarService } from './service.js';
 import type { SidecarSettings } from './settings.js';
 
+/** The longest wait between two probes of the start gate, ms. */
+const GATE_MAX_MS = 5000;
+
 export interface SidecarOptions {
   readonly settings: SidecarSettings;
   readonly logger: Logger;
@@ -91,7 +94,9 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   });
   const gate = new StartGate({
     client,
-    backoff: timing,
+    // An agent waits on the gate: it probes /health at most GATE_MAX_MS apart (jittered), so an
+    // adapter that comes up is seen within seconds, not after the breaker's 60 s cap.
+    backoff: { baseMs: timing.baseMs, maxMs: Math.min(timing.maxMs, GATE_MAX_MS) },
     startupAlarmS: settings.startupAlarmS,
     onAlarm: () =>
       emergencies.raise({
