@@ -14,6 +14,7 @@ commands:
   wait-ready  --url URL [--timeout S]: exit 0 once URL answers 2xx, 1 at the timeout
   emergency   --reason R MESSAGE: one priority=CRIT journald entry, bypassing the adapter
   watch       [--namespace NS] [--since T] [--forward URL]: follow the gateway's CRIT entries
+  mcp         the MCP tools on stdio, over the local sidecar (AGW_SIDECAR_URL)
 
 Every setting is an AGW_* variable or the flag spelled from it; see README.md.`;
 
@@ -23,6 +24,7 @@ const COMMANDS: Record<
 > = {
   adapter: async (argv, env) => (await import('./adapter.js')).runAdapter(argv, env),
   emergency: async (argv, env) => (await import('./emergency.js')).runEmergency(argv, env),
+  mcp: async (argv, env) => (await import('./mcp.js')).runMcp(argv, env),
   sidecar: async (argv, env) => (await import('./sidecar.js')).runSidecar(argv, env),
   'wait-ready': async (argv) => (await import('./wait-ready.js')).runWaitReady(argv),
   watch: async (argv, env) => (await import('./watch.js')).runWatch(argv, env),

@@ -21,11 +21,17 @@ export const WATCH_SETTINGS = {
   namespace: { env: 'AGW_JOURNAL_NAMESPACE', flag: '--namespace' },
 } as const satisfies Record<string, SettingSpec>;
 
+/** `agent-gateway mcp`: the local sidecar whose HTTP API the tools call (its only setting). */
+export const MCP_SETTINGS = {
+  sidecarUrl: { env: 'AGW_SIDECAR_URL', default: 'http://127.0.0.1:7070' },
+} as const satisfies Record<string, SettingSpec>;
+
 const ALL: readonly Record<string, SettingSpec>[] = [
   ADAPTER_SETTINGS,
   SIDECAR_SETTINGS,
   EMERGENCY_SETTINGS,
   WATCH_SETTINGS,
+  MCP_SETTINGS,
 ];
 
 /** Every AGW_* variable of every command. */

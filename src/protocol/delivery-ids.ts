@@ -72,18 +72,36 @@ export function parseLeaseExtension(
   maxLeaseMs: number,
   opts: IdsOptions = {},
 ): LeaseExtension {
+  const v = parse(leaseExtensionSchema(maxLeaseMs, opts), body);
+  return { ids: v.delivery_ids, extendMs: v.extend_ms };
+}
+
+/** The schemas of these bodies, for the MCP tools, which take the same fields. */
+export function deliveryIdsSchema(opts: IdsOptions = {}) {
+  return ID_BODIES[whose(opts)];
+}
+
+export function nackSchema(opts: IdsOptions = {}) {
+  return NACK_BODIES[whose(opts)];
+}
+
+export function leaseExtensionSchema(maxLeaseMs: number, opts: IdsOptions = {}) {
   const key = `${whose(opts)}:${maxLeaseMs}`;
   let schema = EXTENSION_BODIES.get(key);
   if (schema === undefined) {
     schema = extensionBody(opts.negativeToo === true, maxLeaseMs);
     EXTENSION_BODIES.set(key, schema);
   }
-  const v = parse(schema, body);
-  return { ids: v.delivery_ids, extendMs: v.extend_ms };
+  return schema;
 }
 
 function parse<T>(schema: z.ZodType<T>, body: Buffer): T {
-  const parsed = schema.safeParse(parseJson(body));
+  return checkRequest(schema, parseJson(body));
+}
+
+/** A parsed value checked against one of these schemas; a 400 `invalid_request` naming the field. */
+export function checkRequest<T>(schema: z.ZodType<T>, value: unknown): T {
+  const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
   const issue = parsed.error.issues[0];
   const field =

@@ -68,6 +68,9 @@ const jsonObject = z.custom<Record<string, unknown>>(
   { error: 'must be a JSON object' },
 );
 
+/** A message_id: a UUIDv7 (anything else names no message). */
+export const MessageIdSchema = z.string().regex(UUIDV7_PATTERN, 'must be a message_id (a UUIDv7)');
+
 export const EnvelopeSchema = z.strictObject({
   idempotency_key: z.string().regex(KEY_PATTERN, 'must be 1-128 printable ASCII characters'),
   to: z
@@ -87,11 +90,7 @@ export const EnvelopeSchema = z.strictObject({
    * The message_id of the message it answers, in any channel the sender could see (threads:
    * CONTRACT.md, "Threads and budgets"). A message_id is a UUIDv7; anything else is a 400.
    */
-  reply_to: z
-    .string()
-    .regex(UUIDV7_PATTERN, 'must be a message_id (a UUIDv7)')
-    .nullable()
-    .optional(),
+  reply_to: MessageIdSchema.nullable().optional(),
   payload: jsonObject.default({}),
   /** Optional; when present it must name the authenticated agent (else 403 sender_mismatch). */
   sender: z.string().optional(),
@@ -184,6 +183,16 @@ function inexactPath(v: unknown): string[] | undefined {
     if (rest !== undefined) return [key, ...rest];
   }
   return undefined;
+}
+
+/**
+ * A value checked against a schema built of the envelope's fields (the MCP tool send_message's
+ * arguments): a 400 `invalid_envelope` naming the first field at fault, as parseEnvelope's.
+ */
+export function checkEnvelopeFields<T>(schema: z.ZodType<T>, value: unknown): T {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw fieldError(parsed.error, '');
+  return parsed.data;
 }
 
 function fieldError(error: z.ZodError, prefix: string): GatewayError {

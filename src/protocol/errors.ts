@@ -42,6 +42,7 @@ export const ERRORS = {
   overloaded: { status: 503, retryable: true },
   outbox_full: { status: 503, retryable: true },
   adapter_unreachable: { status: 503, retryable: true },
+  sidecar_unreachable: { status: 503, retryable: true },
   not_ready: { status: 503, retryable: true },
   shutting_down: { status: 503, retryable: true },
   storage_error: { status: 503, retryable: true },

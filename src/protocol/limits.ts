@@ -68,5 +68,11 @@ export const MAX_DELIVERY_IDS = 1000;
  */
 export const MAX_DEPTH = 64;
 
+/**
+ * The longest lease extension the sidecar passes on, ms (a day): the adapter holds each to its
+ * own AGW_MAX_LEASE_MS, which the sidecar does not know; it checks only the shape.
+ */
+export const SIDECAR_MAX_EXTEND_MS = 86_400_000;
+
 /** The default longest lease an extension may ask for, ms (AGW_MAX_LEASE_MS): 15 minutes. */
 export const DEFAULT_MAX_LEASE_MS = 900_000;

@@ -37,7 +37,8 @@ export interface Route<Who extends string, Ctx, Body = unknown> {
   readonly who: Who;
   /** The body's byte bound and parser (its schema); a GET has none. */
   readonly body?: { readonly limit: number; readonly parse: (raw: Buffer) => Body };
-  readonly handler: (call: Call<Ctx, Body>) => Answer | Promise<Answer>;
+  /** Answers the call; `undefined`: the handler wrote the response itself (the MCP transport). */
+  readonly handler: (call: Call<Ctx, Body>) => Answer | undefined | Promise<Answer | undefined>;
 }
 
 /** Declares a route, keeping its body's type between the parser and the handler. */
@@ -129,7 +130,7 @@ export class RouteTable<Who extends string, Ctx> {
     const body = r.body === undefined ? undefined : r.body.parse(await readBody(req, r.body.limit));
     const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
     const answer = await r.handler({ req, res, params, query, body, ctx });
-    send(res, answer);
+    if (answer !== undefined) send(res, answer);
   }
 }
 

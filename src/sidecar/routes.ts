@@ -14,9 +14,11 @@ import {
   MAX_WAIT_S,
   PAGE_DEFAULT_LIMIT,
   PAGE_MAX_LIMIT,
+  SIDECAR_MAX_EXTEND_MS,
 } from '../protocol/limits.js';
 import { type Route, route } from '../protocol/router.js';
 import type { StartGate } from './gate.js';
+import type { McpHandler } from './mcp-endpoint.js';
 import type { SidecarService } from './service.js';
 
 export type Who = 'local' | 'agent';
@@ -24,17 +26,21 @@ export type Who = 'local' | 'agent';
 /** The largest body the sidecar reads: an envelope the adapter could take at its default. */
 const MAX_BODY = DEFAULT_MAX_MESSAGE_BYTES;
 const json = { limit: MAX_BODY, parse: parseJson };
-const ONE_DAY_MS = 24 * 3600 * 1000;
 const deliveryIds = {
   limit: MAX_BODY,
   parse: (b: Buffer) => parseDeliveryIds(b, { negativeToo: true }),
 };
+
+/** Room in an MCP request for the JSON-RPC around a tool's arguments (an envelope at most). */
+const MCP_FRAME_BYTES = 16_384;
 
 export function sidecarRoutes(
   service: SidecarService,
   gate: StartGate,
   metrics: { metrics(): Promise<string>; contentType: string },
   adapterUrl: string,
+  /** Serves one MCP request (mcp-endpoint.ts): it writes the response itself. */
+  mcp: McpHandler,
 ): Route<Who, undefined>[] {
   return [
     route({
@@ -112,7 +118,7 @@ export function sidecarRoutes(
       // the adapter holds extensions to its AGW_MAX_LEASE_MS; here only their shape is checked
       body: {
         limit: MAX_BODY,
-        parse: (b: Buffer) => parseLeaseExtension(b, ONE_DAY_MS, { negativeToo: true }),
+        parse: (b: Buffer) => parseLeaseExtension(b, SIDECAR_MAX_EXTEND_MS, { negativeToo: true }),
       },
       handler: ({ body }) => service.extendLeases(body),
     }),
@@ -138,6 +144,17 @@ export function sidecarRoutes(
       path: '/v1/heartbeat',
       who: 'agent',
       handler: () => service.heartbeat(),
+    }),
+    route({
+      // Streamable HTTP, stateless: GET and DELETE (a session's stream, its end) are 405 here
+      method: 'POST',
+      path: '/mcp',
+      who: 'agent',
+      body: { limit: MAX_BODY + MCP_FRAME_BYTES, parse: parseJson },
+      handler: async ({ req, res, body }) => {
+        await mcp(req, res, body);
+        return undefined;
+      },
     }),
     route({
       method: 'GET',

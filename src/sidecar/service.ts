@@ -1,15 +1,16 @@
 /**
  * The sidecar's operations, below its HTTP: send, inbox, ack, nack, heartbeat, channel replay,
  * emergency and status. The route table (routes.ts) maps HTTP onto these, and the MCP tools
- * will call the same methods. Each answers as the HTTP endpoint does (status, body, Retry-After).
+ * (mcp-tools.ts) call the same methods. Each answers as the HTTP endpoint does (status, body,
+ * Retry-After).
  *
  * Sends go through the forwarder (breaker, outbox, drain). The inbox, acks, nacks, heartbeat and
  * replay go to the adapter with the agent's token, the inbox through inbox repair. Emergencies
  * go to journald and work with the adapter down.
  */
-import { z } from 'zod';
 import type { Emergencies } from '../journald/emergency.js';
 import type { Nack } from '../protocol/delivery-ids.js';
+import { EmergencyRequestSchema } from '../protocol/emergency-request.js';
 import { parseEnvelope } from '../protocol/envelope.js';
 import { GatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
@@ -21,12 +22,6 @@ import type { Forwarder } from './forwarder.js';
 import type { StartGate } from './gate.js';
 import { type InboxRepair, splitLocal } from './inbox-repair.js';
 import type { Outbox } from './outbox.js';
-
-const EmergencyBody = z.strictObject({
-  reason: z.string().regex(/^[a-z][a-z0-9_]{0,63}$/, 'must be a short lower-case reason'),
-  message: z.string().min(1).max(8192),
-  fields: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).optional(),
-});
 
 /** Beyond the longest wait, how long an adapter call may take, ms. */
 const CALL_DEADLINE_MS = 10_000;
@@ -132,7 +127,7 @@ export class SidecarService {
 
   /** One CRIT journald entry; past the emergency budget it is counted, not written. */
   emergency(value: unknown): Answer {
-    const parsed = EmergencyBody.safeParse(value);
+    const parsed = EmergencyRequestSchema.safeParse(value);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
       const field = issue?.path.map(String).join('.') || 'body';

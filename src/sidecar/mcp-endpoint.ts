@@ -1,0 +1,37 @@
+/**
+ * The sidecar's `POST /mcp` (CONTRACT.md): the MCP tools (mcp-tools.ts) over Streamable HTTP, on
+ * the sidecar's own server and behind its request checks (request-checks.ts: Host, Origin,
+ * Content-Type), which the SDK's handler does not make. The tools call the service directly.
+ *
+ * Stateless: each request gets a server and a transport of its own, closed with its response,
+ * so nothing is kept between requests and any number of clients may call at once. No session
+ * means no stream to GET and none to DELETE: the route table answers those 405. Answers are
+ * plain JSON rather than an SSE stream: a tool call has exactly one answer and sends no
+ * notifications.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { type McpOperations, type McpServerOptions, mcpServer } from './mcp-tools.js';
+
+/** The handler of POST /mcp: `body` is the request's JSON, already read and parsed. */
+export type McpHandler = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  body: unknown,
+) => Promise<void>;
+
+export function mcpEndpoint(ops: McpOperations, opts: McpServerOptions = {}): McpHandler {
+  return async (req, res, body) => {
+    const server = mcpServer(ops, opts);
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      enableJsonResponse: true,
+    });
+    res.once('close', () => {
+      void transport.close();
+      void server.close();
+    });
+    await server.connect(transport);
+    await transport.handleRequest(req, res, body);
+  };
+}

@@ -1,0 +1,174 @@
+/**
+ * The MCP tools through the SDK's own Client, over either transport: the same checks run over
+ * the sidecar's Streamable HTTP `/mcp` and over `agent-gateway mcp` on stdio.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import { expect } from 'vitest';
+import type { Json } from './http.js';
+
+/** The contract's tools (CONTRACT.md, "MCP tools"): required and optional arguments. */
+export const CONTRACT_TOOLS: Record<string, { required: string[]; optional: string[] }> = {
+  send_message: {
+    required: ['to', 'kind', 'payload'],
+    optional: ['priority', 'reply_to', 'idempotency_key'],
+  },
+  fetch_inbox: { required: [], optional: ['wait_seconds', 'max'] },
+  ack: { required: ['delivery_ids'], optional: [] },
+  nack: { required: ['delivery_ids'], optional: ['retry', 'reason'] },
+  extend_lease: { required: ['delivery_ids', 'extend_ms'], optional: [] },
+  message_status: { required: ['message_id'], optional: [] },
+  read_channel: { required: ['channel'], optional: ['after', 'limit'] },
+  whoami: { required: [], optional: [] },
+  heartbeat: { required: [], optional: [] },
+  raise_emergency: { required: ['reason', 'message'], optional: [] },
+};
+
+export interface McpSession {
+  client: Client;
+  /** Errors the client's transport reported (a line on stdout that is not MCP, say). */
+  errors: Error[];
+}
+
+export async function connectClient(transport: Transport): Promise<McpSession> {
+  const client = new Client({ name: 'agent-gateway-test', version: '0.0.0' });
+  const errors: Error[] = [];
+  client.onerror = (err) => errors.push(err);
+  await client.connect(transport);
+  return { client, errors };
+}
+
+/**
+ * Calls a tool and answers its structuredContent, after checking that its text content is the
+ * same JSON: what a model reads and what a program reads never differ.
+ */
+export async function tool(
+  client: Client,
+  name: string,
+  args: Record<string, unknown> = {},
+): Promise<{ isError: boolean; json: Json }> {
+  const r = await client.callTool({ name, arguments: args });
+  const content = r.content as { type: string; text: string }[];
+  expect(content).toHaveLength(1);
+  expect(content[0]!.type).toBe('text');
+  expect(JSON.parse(content[0]!.text)).toEqual(r.structuredContent);
+  return { isError: r.isError === true, json: r.structuredContent };
+}
+
+/** The tools are the contract's, by name and arguments, each described for a model. */
+export async function expectContractTools(client: Client): Promise<void> {
+  const { tools } = await client.listTools();
+  expect(tools.map((t) => t.name).sort()).toEqual(Object.keys(CONTRACT_TOOLS).sort());
+  for (const t of tools) {
+    const want = CONTRACT_TOOLS[t.name]!;
+    const props = Object.keys(t.inputSchema.properties ?? {}).sort();
+    expect(props, t.name).toEqual([...want.required, ...want.optional].sort());
+    expect((t.inputSchema.required ?? []).slice().sort(), t.name).toEqual(want.required.sort());
+    expect(t.inputSchema.additionalProperties, t.name).toBe(false); // no token, no sender
+    expect(t.description?.length, t.name).toBeGreaterThan(40);
+  }
+  const byName = new Map(tools.map((t) => [t.name, t]));
+  // what to do next, where a model reads it
+  const fetch = byName.get('fetch_inbox')!.description!;
+  for (const next of ['ack', 'nack', 'retry false', 'extend_lease', 'reply_to'])
+    expect(fetch).toContain(next);
+  expect(byName.get('send_message')!.description).toContain('reply_to');
+  // the bounds are the HTTP API's, the wait the contract's
+  const fetchArgs = byName.get('fetch_inbox')!.inputSchema.properties as Json;
+  expect(fetchArgs.wait_seconds).toMatchObject({ type: 'integer', minimum: 0, maximum: 25 });
+  expect(fetchArgs.wait_seconds.default).toBe(0);
+  expect(fetchArgs.max).toMatchObject({ type: 'integer', minimum: 1, maximum: 100, default: 10 });
+  const send = byName.get('send_message')!.inputSchema.properties as Json;
+  expect(send.to.pattern).toBeDefined();
+  expect(send.payload.type).toBe('object');
+  expect(send.priority.enum).toEqual(['normal', 'critical']);
+}
+
+/**
+ * pm sends a task to qa, qa fetches it, answers in its thread and acks it; pm's message_status
+ * then shows qa acked it.
+ */
+export async function expectExchange(pm: Client, qa: Client): Promise<void> {
+  const task = { task_id: 'T-1', description: 'answer over MCP' };
+  const sent = await tool(pm, 'send_message', { to: '@qa', kind: 'task/request', payload: task });
+  expect(sent.isError).toBe(false);
+  expect(sent.json).toMatchObject({ status: 'delivered', channel: '@qa', hop: 0 });
+  expect(sent.json.idempotency_key).toMatch(/^[0-9a-f-]{36}$/); // made for the caller
+
+  const inbox = await tool(qa, 'fetch_inbox', { wait_seconds: 5 });
+  expect(inbox.isError).toBe(false);
+  expect(inbox.json.deliveries).toHaveLength(1);
+  const [d] = inbox.json.deliveries;
+  expect(d).toMatchObject({ attempt: 1, lease_expires_at: expect.any(String) });
+  expect(d.message).toMatchObject({
+    message_id: sent.json.message_id,
+    sender: 'pm',
+    payload: task,
+  });
+
+  const reply = await tool(qa, 'send_message', {
+    to: '@pm',
+    kind: 'task/result',
+    payload: { task_id: 'T-1', status: 'success' },
+    reply_to: d.message.message_id,
+  });
+  expect(reply.json).toMatchObject({
+    status: 'delivered',
+    thread_id: sent.json.message_id,
+    hop: 1,
+  });
+
+  const acked = await tool(qa, 'ack', { delivery_ids: [d.delivery_id] });
+  expect(acked).toEqual({
+    isError: false,
+    json: { acked: [d.delivery_id], dead_lettered: [], unknown: [] },
+  });
+  const status = await tool(pm, 'message_status', { message_id: sent.json.message_id });
+  expect(status.isError).toBe(false);
+  expect(status.json.message.message_id).toBe(sent.json.message_id);
+  expect(status.json.recipients).toEqual([
+    expect.objectContaining({ agent: 'qa', state: 'acked', attempts: 1 }),
+  ]);
+  expect((await tool(qa, 'fetch_inbox')).json.deliveries).toEqual([]); // default wait 0
+}
+
+/** Refusals are tool results with the catalogue's code and sentence, never protocol failures. */
+export async function expectErrors(pm: Client): Promise<void> {
+  // the adapter's refusal: pm is no member of platform
+  const notMember = await tool(pm, 'send_message', { to: 'platform', kind: 'status', payload: {} });
+  expect(notMember).toEqual({
+    isError: true,
+    json: { error: 'not_member', message: expect.stringContaining('platform'), field: 'to' },
+  });
+  // the envelope's own checks, naming the field
+  const noTask = await tool(pm, 'send_message', { to: '@qa', kind: 'task/request', payload: {} });
+  expect(noTask.json).toMatchObject({ error: 'invalid_envelope', field: 'payload.task_id' });
+  const badTo = await tool(pm, 'send_message', { to: 'no such', kind: 'status', payload: {} });
+  expect(badTo.json).toMatchObject({ error: 'invalid_envelope', field: 'to' });
+  // the identity is the sidecar's: a sender argument is no argument
+  const sender = await tool(pm, 'send_message', {
+    to: '@qa',
+    kind: 'status',
+    payload: {},
+    sender: 'qa',
+  });
+  expect(sender).toMatchObject({ isError: true, json: { error: 'invalid_envelope' } });
+  expect(sender.json.field).toBe('sender');
+  // the other tools' arguments, with the HTTP API's bounds
+  const wait = await tool(pm, 'fetch_inbox', { wait_seconds: 26 });
+  expect(wait.json).toMatchObject({ error: 'invalid_request', field: 'wait_seconds' });
+  const none = await tool(pm, 'ack', { delivery_ids: [] });
+  expect(none.json).toMatchObject({ error: 'invalid_request', field: 'delivery_ids' });
+  // the adapter's 404 and 409, passed back
+  const unknown = await tool(pm, 'message_status', {
+    message_id: '0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11',
+  });
+  expect(unknown).toMatchObject({ isError: true, json: { error: 'unknown_message' } });
+  const lease = await tool(pm, 'extend_lease', { delivery_ids: [999_999], extend_ms: 60_000 });
+  expect(lease).toMatchObject({
+    isError: true,
+    json: { error: 'not_leased', field: 'delivery_ids' },
+  });
+  for (const t of [notMember, noTask, badTo, wait, none, unknown, lease])
+    expect(t.json.message).toMatch(/\w+/);
+}
