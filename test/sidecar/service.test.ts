@@ -5,16 +5,11 @@
  * send answers queued, as POST /v1/messages does.
  */
 import { request } from 'node:http';
-import { join } from 'node:path';
-import { pino } from 'pino';
 import { afterEach, expect, it } from 'vitest';
-import { Emergencies } from '../../src/journald/emergency.js';
-import { JournalWriter } from '../../src/journald/writer.js';
-import { type Sidecar, startSidecar } from '../../src/sidecar/server.js';
-import { SidecarSettingsSchema } from '../../src/sidecar/settings.js';
+import type { Sidecar } from '../../src/sidecar/server.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { call, type Json } from '../helpers/http.js';
-import { tempDir, tokenOf } from '../helpers/topology.js';
+import { startTestSidecar } from '../helpers/sidecar.js';
 
 const stops: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -22,37 +17,9 @@ afterEach(async () => {
 });
 
 async function sidecarFor(agent: string, adapter: TestAdapter): Promise<Sidecar> {
-  const { dir, cleanup } = tempDir('agw-service-');
-  const settings = SidecarSettingsSchema.parse({
-    listen: '127.0.0.1:0',
-    adapterUrl: adapter.url,
-    agentId: agent,
-    agentToken: tokenOf(agent),
-    outbox: join(dir, 'outbox.db'),
-    outboxCapacity: '1000',
-    startupAlarmS: '60',
-    shutdownGraceMs: '0',
-    breakerBaseMs: '50',
-    breakerMaxMs: '200',
-    adapterConnectTimeoutMs: '2000',
-    journalSocket: join(dir, 'no-journal.sock'),
-    log: 'stdout',
-    logLevel: 'silent',
-  });
-  const writer = new JournalWriter({ socketPath: settings.journalSocket, stderr: { write() {} } });
-  const sidecar = await startSidecar({
-    settings,
-    logger: pino({ level: 'silent' }),
-    emergencies: new Emergencies(writer, { agentId: agent }),
-    breaker: { baseMs: 50, maxMs: 200 },
-  });
-  stops.push(() => {
-    writer.close();
-    cleanup();
-  });
-  stops.push(() => sidecar.close());
-  await sidecar.gateOpen;
-  return sidecar;
+  const t = await startTestSidecar(agent, adapter.url);
+  stops.push(t.stop);
+  return t.sidecar;
 }
 
 it('send, inbox and ack are operations of their own, answered as the HTTP API answers', async () => {
