@@ -73,6 +73,13 @@ export class DeliveryService {
         polling: (agent) => (this.#waiters.get(agent)?.size ?? 0) > 0,
       });
     this.#commits.on('commit', (_stats, effects) => this.#afterCommit(effects));
+    // Other adapters on the same store (PostgreSQL replicas) announce what they changed.
+    this.#store.watch((fx) => {
+      if (this.#stopped) return;
+      if (fx.everyone === true) for (const agent of [...this.#waiters.keys()]) this.#wake(agent);
+      else for (const agent of fx.woken) this.#wake(agent);
+      if (fx.timingChanged) this.#arm();
+    });
   }
 
   /**
@@ -153,8 +160,8 @@ export class DeliveryService {
   }
 
   /** For its sender and the alerts_to agent: the message and each recipient's state. */
-  messageStatus(agent: string, messageId: string, alertsTo: string): string {
-    const s = this.#store.messageStatus(messageId);
+  async messageStatus(agent: string, messageId: string, alertsTo: string): Promise<string> {
+    const s = await this.#store.messageStatus(messageId);
     if (s === undefined) throw new GatewayError('unknown_message', `no message ${messageId}`);
     if (agent !== s.sender && agent !== alertsTo) {
       throw new GatewayError(
@@ -169,11 +176,11 @@ export class DeliveryService {
     return this.#commits.run({ op: 'heartbeat', agent, now: this.#now() });
   }
 
-  agents(ids: Iterable<string>): AgentState[] {
+  agents(ids: Iterable<string>): Promise<AgentState[]> {
     return this.#store.agents(ids);
   }
 
-  deadLetters(after: number, limit: number, maxBytes?: number): string[] {
+  deadLetters(after: number, limit: number, maxBytes?: number): Promise<string[]> {
     return this.#store.deadLetters(after, limit, maxBytes);
   }
 
@@ -255,9 +262,27 @@ export class DeliveryService {
     for (const w of [...set]) w.wake(true);
   }
 
+  /**
+   * Arms the timer for the next moment something falls due. With a store that other adapters
+   * share, at most safetyPollMs ahead: a change of theirs whose announcement was lost (a lease
+   * that expires sooner, a delivery for a parked poll) is found by then.
+   */
   #arm(): void {
     if (this.#stopped) return;
-    const due = this.#store.nextDue(this.#now());
+    this.#store.nextDue(this.#now()).then(
+      (next) => this.#armAt(next),
+      (err: unknown) => {
+        this.#logger.error({ err }, 'could not read when the next delivery falls due');
+        this.#armAt(undefined);
+      },
+    );
+  }
+
+  #armAt(next: number | undefined): void {
+    if (this.#stopped) return;
+    const safety = this.#store.safetyPollMs;
+    const look = safety === undefined ? undefined : this.#now() + safety;
+    const due = next === undefined ? look : look === undefined ? next : Math.min(next, look);
     if (due === undefined || due >= this.#timerAt) return;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timerAt = due;
@@ -266,10 +291,17 @@ export class DeliveryService {
       () => {
         this.#timer = undefined;
         this.#timerAt = Number.POSITIVE_INFINITY;
-        this.#sweep().catch((err: unknown) => this.#logger.error({ err }, 'delivery sweep failed'));
+        const work = next !== undefined && next <= this.#now() ? this.#sweep() : this.#look();
+        work.catch((err: unknown) => this.#logger.error({ err }, 'delivery sweep failed'));
       },
       Math.max(0, due - this.#now()) + 1,
     );
+  }
+
+  /** The safety poll: nothing known fell due, but every parked poll looks again. */
+  async #look(): Promise<void> {
+    for (const agent of [...this.#waiters.keys()]) this.#wake(agent);
+    this.#arm();
   }
 
   async #sweep(): Promise<void> {

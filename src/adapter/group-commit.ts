@@ -4,14 +4,16 @@
  * before that commit returns.
  *
  * The mechanism is the event loop itself. run() queues and schedules a flush with
- * setImmediate, which runs after the poll phase has handed over every request that was ready;
- * the commit then blocks the loop for its fsync, and requests arriving meanwhile wait in the
- * socket buffers to form the next group. Under load the group grows to match the fsync time;
- * alone, a request waits for nothing but its own commit.
+ * setImmediate, which runs after the poll phase has handed over every request that was ready.
+ * One commit runs at a time: SQLite's blocks the loop for its fsync, so requests arriving
+ * meanwhile wait in the socket buffers; PostgreSQL's is awaited, and they wait in the queue.
+ * Either way they form the next group, which is flushed as soon as the commit before it ends.
+ * Under load the group grows to match the commit time; alone, a request waits for nothing but
+ * its own commit.
  */
 import { EventEmitter } from 'node:events';
 import { GatewayError } from '../protocol/errors.js';
-import type { CommitEffects, OpResult, Store, StoreOp } from '../store/store.js';
+import type { CommitEffects, Committed, OpResult, Store, StoreOp } from '../store/store.js';
 
 interface Pending {
   readonly op: StoreOp;
@@ -56,6 +58,8 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
   #late: Pending[] = [];
   #pending = 0;
   #scheduled = false;
+  /** The commit running now; the next group waits for it. */
+  #running: Promise<void> | undefined;
 
   constructor(store: Pick<Store, 'commit'>, opts: GroupCommitOptions = {}) {
     super();
@@ -94,24 +98,38 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
       this.#pending += weight;
       if (!this.#scheduled) {
         this.#scheduled = true;
-        setImmediate(() => this.flush());
+        setImmediate(() => void this.flush());
       }
     });
   }
 
-  /** Commits everything queued now. Runs by itself; shutdown calls it to finish the queue. */
-  flush(): void {
+  /**
+   * Commits everything queued now, after the commit running now if any; resolves when the
+   * queue it found has committed. Runs by itself; shutdown calls it to finish the queue.
+   */
+  async flush(): Promise<void> {
     this.#scheduled = false;
+    while (this.#running !== undefined) await this.#running;
     const group = this.#late.length === 0 ? this.#early : [...this.#early, ...this.#late];
     if (group.length === 0) return;
     this.#early = [];
     this.#late = [];
     const messages = this.#pending;
     this.#pending = 0;
-    const started = process.hrtime.bigint();
-    let committed: ReturnType<Store['commit']>;
+    const running = this.#commit(group, messages);
+    this.#running = running;
     try {
-      committed = this.#store.commit(group.map((p) => p.op));
+      await running;
+    } finally {
+      this.#running = undefined;
+    }
+  }
+
+  async #commit(group: Pending[], messages: number): Promise<void> {
+    const started = process.hrtime.bigint();
+    let committed: Committed;
+    try {
+      committed = await this.#store.commit(group.map((p) => p.op));
     } catch (err) {
       // The transaction rolled back: nothing of this group was written, so nobody is acked
       // and every sender may retry with the same key.

@@ -38,7 +38,7 @@ export async function postMessage(
   body: Buffer,
 ): Promise<{ status: 201 | 200; ack: Ack }> {
   const draft = toDraft(ctx, sender, parseJson(body), ctx.now());
-  takeToken(ctx, draft);
+  await takeToken(ctx, draft);
   const [outcome] = await ctx.commits.run({ op: 'append', drafts: [draft] });
   if (outcome === undefined) throw new Error('group commit returned no outcome');
   if (outcome.status === 'rejected') throw outcome.error;
@@ -74,7 +74,7 @@ export async function postBatch(
   const drafts: MessageDraft[] = [];
   const positions: number[] = [];
   let limited: { at: number; retryAfterS: number } | undefined;
-  items.forEach((item, i) => {
+  for (const [i, item] of items.entries()) {
     if (limited !== undefined) {
       results[i] = errorResult(
         new GatewayError(
@@ -83,7 +83,7 @@ export async function postBatch(
           { retryAfterS: limited.retryAfterS },
         ),
       );
-      return;
+      continue;
     }
     try {
       // checked first: a payload nested past the bound never reaches JSON.stringify below
@@ -95,7 +95,7 @@ export async function postBatch(
           `message ${i} is ${size} bytes; the limit is ${ctx.maxMessageBytes}`,
         );
       }
-      takeToken(ctx, draft);
+      await takeToken(ctx, draft);
       drafts.push(draft);
       positions.push(i);
     } catch (err) {
@@ -103,7 +103,7 @@ export async function postBatch(
       if (err.code === 'rate_limited') limited = { at: i, retryAfterS: err.retryAfterS ?? 1 };
       results[i] = errorResult(err);
     }
-  });
+  }
   if (drafts.length > 0) {
     const outcomes = await ctx.commits.run({ op: 'append', drafts });
     outcomes.forEach((o, j) => {
@@ -124,21 +124,26 @@ export async function postBatch(
  * least); `next_after` is the `after` of the next page (the last sequence on this one), null
  * when this one is empty: a reader goes on until then, never stops at a short page.
  */
-export function readChannel(
+export async function readChannel(
   ctx: WriteContext,
   reader: string,
   channel: string,
   after: number,
   limit: number,
   maxPageBytes: number,
-): string {
+): Promise<string> {
   assertReader(ctx.topology, reader, channel);
-  const rows = ctx.store.channelMessages(channel, after, limit, pageBudget(maxPageBytes));
+  const rows = await ctx.store.channelMessages(channel, after, limit, pageBudget(maxPageBytes));
   if (rows.length === 0) return '{"messages":[],"delivery_states":{},"next_after":null}';
   const last = sequenceOf(rows[rows.length - 1]!);
   // a window that holds the page (its sequences are distinct, from after + 1 to last), less
   // what it holds beyond the page: the page's bound covers the states of its own messages only
-  const window = ctx.store.pageDeliveries(reader, channel, after, Math.min(limit, last - after));
+  const window = await ctx.store.pageDeliveries(
+    reader,
+    channel,
+    after,
+    Math.min(limit, last - after),
+  );
   const states: Record<string, string> = {};
   for (const id of rows.map(messageIdOf)) if (Object.hasOwn(window, id)) states[id] = window[id]!;
   return `{"messages":[${rows.join(',')}],"delivery_states":${JSON.stringify(states)},"next_after":${last}}`;
@@ -184,9 +189,9 @@ function toDraft(
  * one new key that meet in one group commit both take a token, since neither is stored when it
  * is asked; the second is then answered as a duplicate. A token, no more.)
  */
-function takeToken(ctx: WriteContext, draft: MessageDraft): void {
+async function takeToken(ctx: WriteContext, draft: MessageDraft): Promise<void> {
   if (!ctx.rates.limits(draft.sender)) return;
-  if (ctx.store.isStored(draft.sender, draft.idempotencyKey)) return;
+  if (await ctx.store.isStored(draft.sender, draft.idempotencyKey)) return;
   ctx.rates.take(draft.sender);
 }
 

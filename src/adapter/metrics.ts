@@ -93,8 +93,9 @@ export class AdapterMetrics {
       help: 'Pending plus leased deliveries per agent.',
       labelNames: ['agent'],
       registers,
-      collect() {
-        for (const agent of agents) this.set({ agent }, store.depth(agent).all);
+      async collect() {
+        const depths = await Promise.all(agents.map((agent) => store.depth(agent)));
+        agents.forEach((agent, i) => this.set({ agent }, depths[i]!.all));
       },
     });
   }
@@ -111,8 +112,9 @@ export class AdapterMetrics {
       help: 'How long the oldest pending delivery of each agent has waited since it was ready (0: none).',
       labelNames: ['agent'],
       registers,
-      collect() {
-        for (const agent of agents) this.set({ agent }, stalls.oldestPendingAgeMs(agent) / 1000);
+      async collect() {
+        const ages = await Promise.all(agents.map((agent) => stalls.oldestPendingAgeMs(agent)));
+        agents.forEach((agent, i) => this.set({ agent }, ages[i]! / 1000));
       },
     });
     new Gauge({

@@ -42,7 +42,7 @@ export interface RouteDeps {
   /** AGW_MAX_POLLS_PER_AGENT: concurrent GET /v1/inbox of one agent; past it 429. */
   readonly maxPollsPerAgent: number;
   /** 200 when ready; throws not_ready with the reason otherwise. */
-  readonly health: () => void;
+  readonly health: () => Promise<void>;
 }
 
 /** A body of delivery ids: 1,000 ids fit easily. */
@@ -69,8 +69,8 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/health',
       who: 'public',
-      handler: () => {
-        d.health();
+      handler: async () => {
+        await d.health();
         return { body: { status: 'ready' } };
       },
     }),
@@ -110,8 +110,8 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/channels/:name/messages',
       who: 'agent',
-      handler: ({ ctx, params, query }) => ({
-        body: readChannel(
+      handler: async ({ ctx, params, query }) => ({
+        body: await readChannel(
           write,
           ctx.agent,
           params.name!,
@@ -164,8 +164,8 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/messages/:message_id',
       who: 'agent',
-      handler: ({ ctx, params }) => ({
-        body: delivery.messageStatus(ctx.agent, params.message_id!, topology.alertsTo),
+      handler: async ({ ctx, params }) => ({
+        body: await delivery.messageStatus(ctx.agent, params.message_id!, topology.alertsTo),
       }),
     }),
     route({
@@ -175,8 +175,8 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       // The operator's view of a conversation: every channel's messages of the thread in commit
       // order. next_after is the store's cursor (opaque to readers: pass it back as `after`),
       // null once a page is empty, as for replay.
-      handler: ({ params, query }) => {
-        const page = write.store.threadMessages(
+      handler: async ({ params, query }) => {
+        const page = await write.store.threadMessages(
           params.thread_id!,
           afterParam(query),
           limitParam(query),
@@ -210,8 +210,8 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/agents',
       who: 'alerts_to',
-      handler: () => {
-        const agents = delivery.agents(topology.agents.keys()).map((a) => ({
+      handler: async () => {
+        const agents = (await delivery.agents(topology.agents.keys())).map((a) => ({
           ...a,
           role: topology.agents.get(a.id)?.role ?? null,
         }));
@@ -222,9 +222,9 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/dead-letters',
       who: 'alerts_to',
-      handler: ({ query }) => {
+      handler: async ({ query }) => {
         const limit = limitParam(query);
-        const rows = delivery.deadLetters(afterParam(query), limit, pageBudget(maxPageBytes));
+        const rows = await delivery.deadLetters(afterParam(query), limit, pageBudget(maxPageBytes));
         // as for replay: the `after` of the next page, null once a page is empty
         const next = rows.length === 0 ? null : deadLetterIdOf(rows[rows.length - 1]!);
         return { body: `{"dead_letters":[${rows.join(',')}],"next_after":${next}}` };

@@ -65,7 +65,7 @@ const SHUTDOWN_GRACE_MS = 10_000;
 export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   const { settings, topology, logger, store } = opts;
   const now = opts.now ?? Date.now;
-  store.ensureChannels(allChannels(topology));
+  await store.ensureChannels(allChannels(topology));
   const commits = new GroupCommit(store);
   commits.on('commit:error', (err) =>
     logger.error({ err }, 'group commit failed; its senders were told to retry'),
@@ -129,14 +129,22 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       // 503 while starting or stopping, once quick_check failed, and while writes keep failing
       // on the storage. Not for a corrupt row (quarantined, the rest is served) nor a storage
       // bound reached (storage_full refuses new messages; everything else works).
-      health: () => {
+      // On PostgreSQL also while the database cannot be reached or is at another schema version.
+      health: async () => {
         const problem =
           checkFailed !== undefined
             ? `integrity: ${checkFailed}`
             : storage.failing !== undefined
               ? `storage: ${storage.failing}`
               : undefined;
-        if (ready && !closing && problem === undefined) return;
+        if (ready && !closing && problem === undefined) {
+          try {
+            await store.ping();
+            return;
+          } catch (err) {
+            throw new GatewayError('not_ready', `store: ${(err as Error).message}`);
+          }
+        }
         throw new GatewayError(
           'not_ready',
           closing ? 'the adapter is shutting down' : (problem ?? 'the adapter is starting'),
@@ -195,7 +203,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   try {
     url = await listen(server, settings.listen);
   } catch (err) {
-    store.close();
+    await store.close();
     throw err;
   }
 
@@ -231,19 +239,19 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     storage.stop();
     // Parked polls answer now (empty); whatever was taken commits and is answered.
     delivery.stop();
-    commits.flush();
+    await commits.flush();
     if (inFlight > 0) {
       await new Promise<void>((resolve) => {
         idle = resolve;
         setTimeout(resolve, SHUTDOWN_GRACE_MS).unref();
       });
     }
-    commits.flush();
+    await commits.flush();
     server.closeAllConnections();
     // The check's worker holds its own read connection; the process cannot exit before the
     // worker ends anyway, and closing the store last lets it fold the WAL into the file.
     await integrity.catch(() => {});
-    store.close();
+    await store.close();
   };
 
   return { url, ready: readyPromise, integrity, metrics, retention, close };

@@ -18,7 +18,10 @@ export const ADAPTER_SETTINGS = {
   listen: { env: 'AGW_LISTEN', default: '0.0.0.0:8080' },
   /** Path of the topology file (JSON or YAML). Required. */
   topology: { env: 'AGW_TOPOLOGY' },
-  /** The SQLite database file. Default ./data/adapter.db; its folder is created. */
+  /**
+   * The store: a SQLite file (default ./data/adapter.db; its folder is created), or a postgres://
+   * URL shared by any number of adapters (store/open.ts).
+   */
   db: { env: 'AGW_DB', default: './data/adapter.db' },
   /** full (default) or normal: see SyncMode in store/sqlite-store.ts for what normal risks. */
   sync: { env: 'AGW_SYNC', default: 'full' },

@@ -125,9 +125,9 @@ export class StallWatch {
       const lastPoll = this.#lastPoll.get(agent);
       // the cheap tests first: polled lately, or nothing in its queue
       if (now - (lastPoll ?? this.#startedAt) < this.#stallMs) continue;
-      const pending = this.#o.store.depth(agent).all;
+      const pending = (await this.#o.store.depth(agent)).all;
       if (pending === 0) continue;
-      const readyAt = this.#o.store.oldestPendingAt(agent);
+      const readyAt = await this.#o.store.oldestPendingAt(agent);
       if (readyAt === undefined || now - readyAt < this.#stallMs) continue;
       const stalledMs = now - Math.max(lastPoll ?? this.#startedAt, readyAt);
       await this.#alert(agent, pending, lastPoll, stalledMs, now);
@@ -137,9 +137,9 @@ export class StallWatch {
   /**
    * How long the agent's oldest pending delivery has waited for it (0: none), ms: for /metrics.
    */
-  oldestPendingAgeMs(agent: string): number {
-    if (this.#o.store.depth(agent).all === 0) return 0;
-    const readyAt = this.#o.store.oldestPendingAt(agent);
+  async oldestPendingAgeMs(agent: string): Promise<number> {
+    if ((await this.#o.store.depth(agent)).all === 0) return 0;
+    const readyAt = await this.#o.store.oldestPendingAt(agent);
     return readyAt === undefined ? 0 : Math.max(0, this.#o.now() - readyAt);
   }
 

@@ -11,7 +11,7 @@ import { Emergencies } from '../journald/emergency.js';
 import { SdNotify } from '../journald/sd-notify.js';
 import { JournalWriter } from '../journald/writer.js';
 import { createLogger } from '../log.js';
-import { openStore } from '../store/open.js';
+import { openStore, shownDb } from '../store/open.js';
 import type { Store } from '../store/store.js';
 import { readSettings, SettingsError } from './settings.js';
 
@@ -46,14 +46,14 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   let store: Store;
   try {
     // The composition root: the store is chosen here, from AGW_DB.
-    store = openStore(settings.db, storeOptions(settings, topology.alertsTo));
+    store = await openStore(settings.db, storeOptions(settings, topology.alertsTo));
   } catch (err) {
     // A store that cannot be opened (a full or read-only volume, a file that is no database, a
     // schema newer than this adapter) stops every agent's traffic: the out-of-band channel says
     // so, as for a failed integrity check.
     const message = `adapter cannot start: its store cannot be opened: ${(err as Error).message}`;
-    logger.fatal({ err, db: settings.db }, message);
-    emergencies.raise({ reason: 'storage', message, fields: { AGW_DB: settings.db } });
+    logger.fatal({ err, db: shownDb(settings.db) }, message);
+    emergencies.raise({ reason: 'storage', message, fields: { AGW_DB: shownDb(settings.db) } });
     return finish(1);
   }
   try {
@@ -63,7 +63,7 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     return finish(1);
   }
   logger.info(
-    { url: adapter.url, db: settings.db, sync: settings.sync },
+    { url: adapter.url, db: shownDb(settings.db), sync: settings.sync },
     `adapter listening on ${adapter.url}`,
   );
 

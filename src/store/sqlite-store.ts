@@ -31,6 +31,7 @@ import {
   DeliveryState,
   type DeliveryStateName,
   type DeliveryStats,
+  type ForeignEffects,
   type MessageDraft,
   type MessageStatus,
   type OpResults,
@@ -43,6 +44,7 @@ import {
   type ThreadBudgets,
   type ThreadPage,
 } from './store.js';
+import { assignment, HEAD_BYTES, messageJson, rejected } from './stored-message.js';
 
 export type { SyncMode } from './sqlite-file.js';
 
@@ -216,10 +218,10 @@ export class SqliteStore implements Store {
       return results;
     });
     // Alerts travel in alerts_to's own channel: its counter must exist before the first one.
-    if (this.#alertsTo !== '') this.ensureChannels([`@${this.#alertsTo}`]);
+    if (this.#alertsTo !== '') this.#ensureChannels([`@${this.#alertsTo}`]);
   }
 
-  commit(ops: readonly StoreOp[]): Committed {
+  async commit(ops: readonly StoreOp[]): Promise<Committed> {
     this.#fx.clear();
     this.#holdsMessage = false;
     const counted = { ...this.stats, deadLetters: { ...this.stats.deadLetters } };
@@ -501,23 +503,37 @@ export class SqliteStore implements Store {
     return rows.length;
   }
 
-  isStored(sender: string, idempotencyKey: string): boolean {
+  async isStored(sender: string, idempotencyKey: string): Promise<boolean> {
     return this.#s.findByKey.get(sender, idempotencyKey) !== undefined;
   }
 
-  ensureChannels(names: Iterable<string>): void {
+  async ensureChannels(names: Iterable<string>): Promise<void> {
+    this.#ensureChannels(names);
+  }
+
+  #ensureChannels(names: Iterable<string>): void {
     this.#db.transaction(() => {
       for (const n of names) this.#s.ensureChannel.run(n);
     })();
   }
 
-  channelMessages(channel: string, afterSeq: number, limit: number, maxBytes = Infinity): string[] {
+  async channelMessages(
+    channel: string,
+    afterSeq: number,
+    limit: number,
+    maxBytes = Infinity,
+  ): Promise<string[]> {
     // iterated, not .all(): rows past the bound are never read into memory
     const rows = this.#intactMessages(channel, afterSeq, limit);
     return fitting(rows, (r) => withThreadFields(r.body), maxBytes);
   }
 
-  threadMessages(threadId: string, after: number, limit: number, maxBytes = Infinity): ThreadPage {
+  async threadMessages(
+    threadId: string,
+    after: number,
+    limit: number,
+    maxBytes = Infinity,
+  ): Promise<ThreadPage> {
     const ids: number[] = [];
     const messages = fitting(
       this.#intactThread(threadId, after, limit),
@@ -567,12 +583,12 @@ export class SqliteStore implements Store {
     }
   }
 
-  pageDeliveries(
+  async pageDeliveries(
     reader: string,
     channel: string,
     afterSeq: number,
     limit: number,
-  ): Record<string, DeliveryStateName> {
+  ): Promise<Record<string, DeliveryStateName>> {
     const out: Record<string, DeliveryStateName> = {};
     const rows =
       this.#corrupt.size === 0
@@ -582,7 +598,7 @@ export class SqliteStore implements Store {
     return out;
   }
 
-  messageStatus(messageId: string): MessageStatus | undefined {
+  async messageStatus(messageId: string): Promise<MessageStatus | undefined> {
     const at = uuidv7Time(messageId);
     const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
     if (m === undefined) return undefined;
@@ -601,7 +617,7 @@ export class SqliteStore implements Store {
     return { message, sender: m.sender, recipients };
   }
 
-  deadLetters(after: number, limit: number, maxBytes = Infinity): string[] {
+  async deadLetters(after: number, limit: number, maxBytes = Infinity): Promise<string[]> {
     const rows = this.#s.deadLetters.iterate(after, limit);
     return fitting(rows, (r) => this.#deadLetterJson(r), maxBytes);
   }
@@ -624,7 +640,7 @@ export class SqliteStore implements Store {
     );
   }
 
-  agents(ids: Iterable<string>): AgentState[] {
+  async agents(ids: Iterable<string>): Promise<AgentState[]> {
     const seen = new Map(this.#s.agents.all().map((r) => [r.id, r.last_seen]));
     return [...ids].map((id) => {
       const d = this.#deliveries.depth(id);
@@ -638,15 +654,15 @@ export class SqliteStore implements Store {
     });
   }
 
-  depth(agent: string): { all: number; critical: number } {
+  async depth(agent: string): Promise<{ all: number; critical: number }> {
     return this.#deliveries.depth(agent);
   }
 
-  oldestPendingAt(agent: string): number | undefined {
+  async oldestPendingAt(agent: string): Promise<number | undefined> {
     return this.#s.oldestPendingAt.get({ agent });
   }
 
-  nextDue(now: number): number | undefined {
+  async nextDue(now: number): Promise<number | undefined> {
     // a corrupt row a read found is told by the next sweep: due now
     const finds = this.#unreported.size > 0 ? now : undefined;
     const times = [this.#deliveries.nextDue(now), this.#alerts.nextDue(), finds].filter(
@@ -664,7 +680,7 @@ export class SqliteStore implements Store {
     return quickCheck(this.#file);
   }
 
-  storageUse(): StorageUse {
+  async storageUse(): Promise<StorageUse> {
     return this.#budget.use();
   }
 
@@ -677,7 +693,15 @@ export class SqliteStore implements Store {
     this.#db.pragma(`max_page_count = ${pages ?? 4_294_967_294}`);
   }
 
-  close(): void {
+  /** One file, one adapter: it is reachable while open (its integrity: checkIntegrity). */
+  async ping(): Promise<void> {
+    if (!this.#db.open) throw new Error('the store is closed');
+  }
+
+  /** One adapter per file: no other writer to hear from. */
+  watch(_listener: (fx: ForeignEffects) => void): void {}
+
+  async close(): Promise<void> {
     if (this.#db.open) this.#db.close();
   }
 
@@ -697,9 +721,6 @@ export class SqliteStore implements Store {
   }
 }
 
-/** A stored message's bytes besides its payload: the assigned fields and the envelope's. */
-const HEAD_BYTES = 320;
-
 /** The engine's error as a StorageFailure when the storage itself failed; else undefined. */
 function storageFailureOf(err: unknown): StorageFailure | undefined {
   const code = (err as { code?: unknown } | null)?.code;
@@ -712,53 +733,3 @@ function storageFailureOf(err: unknown): StorageFailure | undefined {
  * (SQLITE_IOERR_*), a file that cannot be opened, written or read as a database.
  */
 const STORAGE_CODES = /^SQLITE_(FULL|IOERR|CANTOPEN|READONLY|CORRUPT|NOTADB|PROTOCOL)/;
-
-function rejected(error: GatewayError): AppendOutcome {
-  return { status: 'rejected', error };
-}
-
-function assignment(
-  id: string,
-  channel: string,
-  seq: number,
-  at: number,
-  d: MessageDraft,
-  threadId: string,
-  hop: number,
-): Assignment {
-  return {
-    message_id: id,
-    channel,
-    channel_sequence_id: seq,
-    timestamp_iso8601: new Date(at).toISOString(),
-    idempotency_key: d.idempotencyKey,
-    // the same key with the same fingerprint is the same priority: it is part of the fingerprint
-    priority: d.priority,
-    thread_id: threadId,
-    hop,
-  };
-}
-
-/**
- * The stored message: the assigned fields, the envelope, and the payload bytes as sent. A reply
- * carries `reply_to`, the message it answers, however it named it; `hop` comes last before the
- * payload (withThreadFields tells the rows written before threads by its absence there).
- */
-function messageJson(a: Assignment, d: MessageDraft, p: Placement): string {
-  const head = JSON.stringify({
-    message_id: a.message_id,
-    channel: a.channel,
-    channel_sequence_id: a.channel_sequence_id,
-    sender: d.sender,
-    timestamp_iso8601: a.timestamp_iso8601,
-    idempotency_key: d.idempotencyKey,
-    to: d.channel,
-    kind: d.kind,
-    priority: d.priority,
-    ...(d.replyTo === null ? {} : { reply_to_sequence_id: d.replyTo }),
-    ...(p.replyTo === null ? {} : { reply_to: p.replyTo }),
-    thread_id: a.thread_id,
-    hop: a.hop,
-  });
-  return `${head.slice(0, -1)},"payload":${d.payloadJson}}`;
-}

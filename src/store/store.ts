@@ -349,21 +349,23 @@ export interface AgentState {
 
 export interface Store {
   /**
-   * Runs `ops` in order in one transaction. When it returns, the commit (and, at sync=full, its
-   * fsync) is done, so callers may be answered. An operation that refuses with a GatewayError
+   * Runs `ops` in order in one transaction (PostgreSQL: sweeps, pruning and the alerts that fell
+   * due in transactions of their own right after it). When it resolves, the commit (and, at
+   * sync=full, its fsync) is done, so callers may be answered. The caller runs one commit at a
+   * time. An operation that refuses with a GatewayError
    * settles alone (operations refuse only before they write); any other error rolls the whole
    * group back, leaves nothing of it behind, and is thrown.
    */
-  commit(ops: readonly StoreOp[]): Committed;
+  commit(ops: readonly StoreOp[]): Promise<Committed>;
   /** Creates the sequence counters of these channels (idempotent). */
-  ensureChannels(names: Iterable<string>): void;
+  ensureChannels(names: Iterable<string>): Promise<void>;
   /**
    * Whether a message of `sender` with this idempotency key is stored (until retention prunes
    * it): a repeat, answered from the store as a duplicate (or a conflict) and storing nothing.
    * One indexed read; the adapter asks it before a sender's rate, so that a repeat takes no
    * token. Keys of a group not yet committed are not stored yet.
    */
-  isStored(sender: string, idempotencyKey: string): boolean;
+  isStored(sender: string, idempotencyKey: string): Promise<boolean>;
   /**
    * Messages of a channel after `afterSeq`, in sequence order, checksums verified: one that
    * fails its checksum is skipped (never served; the next lease or sweep raises an
@@ -373,7 +375,12 @@ export interface Store {
    * (protocol/limits.ts), but holds at least the first: a reader goes on with `afterSeq` = the
    * last one's sequence.
    */
-  channelMessages(channel: string, afterSeq: number, limit: number, maxBytes?: number): string[];
+  channelMessages(
+    channel: string,
+    afterSeq: number,
+    limit: number,
+    maxBytes?: number,
+  ): Promise<string[]>;
   /**
    * For the same page of a channel: the state of `reader`'s own delivery of each message it
    * had one of (its latest, after a replay), by message_id. The window skips what
@@ -384,41 +391,71 @@ export interface Store {
     channel: string,
     afterSeq: number,
     limit: number,
-  ): Record<string, DeliveryStateName>;
+  ): Promise<Record<string, DeliveryStateName>>;
   /**
    * A message by its message_id with each recipient's latest delivery; undefined if unknown.
    * A message that fails its checksum is answered with `message` "null", never its bytes.
    */
-  messageStatus(messageId: string): MessageStatus | undefined;
+  messageStatus(messageId: string): Promise<MessageStatus | undefined>;
   /**
    * Dead letters with id > `after`, oldest first, each with its message; `maxBytes` as above.
    * One whose message fails its checksum (an `integrity` dead letter) has `"message":null`.
    */
-  deadLetters(after: number, limit: number, maxBytes?: number): string[];
+  deadLetters(after: number, limit: number, maxBytes?: number): Promise<string[]>;
   /** Each agent's last heartbeat and queue depth. */
-  agents(ids: Iterable<string>): AgentState[];
+  agents(ids: Iterable<string>): Promise<AgentState[]>;
   /** Pending plus leased deliveries of an agent, and how many are critical. */
-  depth(agent: string): { all: number; critical: number };
+  depth(agent: string): Promise<{ all: number; critical: number }>;
   /**
    * When the agent's oldest pending delivery (the first to arrive of those waiting to be handed
    * out, or waiting out a retry's backoff) was ready: its available_at, ms; undefined when none
    * is pending. From indexes, a few µs: the stall check (adapter/stalls.ts) and /metrics ask it
    * per agent.
    */
-  oldestPendingAt(agent: string): number | undefined;
+  oldestPendingAt(agent: string): Promise<number | undefined>;
   /** The next moment something falls due: a lease expires, a retry is ready, an alert. */
-  nextDue(now: number): number | undefined;
+  nextDue(now: number): Promise<number | undefined>;
   readonly stats: DeliveryStats;
   /** The store's use against its bounds (StorageLimits): for /metrics, logs and tests. */
-  storageUse(): StorageUse;
+  storageUse(): Promise<StorageUse>;
   /**
    * A page of a thread (thread_id), every channel's messages of it in commit order, checksums
    * verified (one that fails is skipped, as in channelMessages), `maxBytes` as there. `after`
    * is 0 or a page's `nextAfter`: a cursor of this store's own, opaque to readers. An unknown
    * thread is an empty page.
    */
-  threadMessages(threadId: string, after: number, limit: number, maxBytes?: number): ThreadPage;
+  threadMessages(
+    threadId: string,
+    after: number,
+    limit: number,
+    maxBytes?: number,
+  ): Promise<ThreadPage>;
   /** Checks the whole store; resolves with the problems found (none: []). */
   checkIntegrity(): Promise<string[]>;
-  close(): void;
+  /**
+   * Resolves when the store can serve: reachable, at the schema version this program knows.
+   * Rejects with the reason otherwise (/health answers 503 with it). SQLite: always resolves.
+   */
+  ping(): Promise<void>;
+  /**
+   * Changes made by other adapters on the same store (replicas): `listener` is called with the
+   * agents given new deliveries and whether timing changed, as a commit's effects would say.
+   * A store that only one adapter uses never calls it.
+   */
+  watch(listener: (fx: ForeignEffects) => void): void;
+  /**
+   * How often, ms, a parked poll looks again by itself and the due-timer re-reads nextDue, in
+   * case a change of another adapter was not announced (a lost notification). Undefined: never
+   * (one adapter sees every change it makes).
+   */
+  readonly safetyPollMs?: number;
+  close(): Promise<void>;
+}
+
+/** What another adapter's commit changed, as far as this one must act on it. */
+export interface ForeignEffects {
+  readonly woken: ReadonlySet<string>;
+  /** Every agent's polls should look again (too many to name, or changes may have been missed). */
+  readonly everyone?: boolean;
+  readonly timingChanged: boolean;
 }

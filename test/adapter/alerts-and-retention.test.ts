@@ -14,7 +14,7 @@ import { tempDir } from '../helpers/topology.js';
 
 let store: SqliteStore;
 let cleanup: () => void;
-beforeEach(() => {
+beforeEach(async () => {
   const t = tempDir('agw-alerts-');
   cleanup = t.cleanup;
   store = new SqliteStore(join(t.dir, 's.db'), {
@@ -26,10 +26,10 @@ beforeEach(() => {
       alertsTo: 'orchestrator',
     },
   });
-  store.ensureChannels(['@qa', '@pm', '@orchestrator']);
+  await store.ensureChannels(['@qa', '@pm', '@orchestrator']);
 });
-afterEach(() => {
-  store.close();
+afterEach(async () => {
+  await store.close();
   cleanup();
 });
 
@@ -49,9 +49,8 @@ function draft(to: string, at: number, priority: 'normal' | 'critical' = 'normal
   };
 }
 
-const alerts = () =>
-  store
-    .channelMessages('@orchestrator', 0, 1000)
+const alerts = async () =>
+  (await store.channelMessages('@orchestrator', 0, 1000))
     .map((b) => JSON.parse(b) as Json)
     .map((m) => ({
       reason: m.payload.reason,
@@ -61,13 +60,13 @@ const alerts = () =>
     }));
 
 describe('alert aggregation', () => {
-  it('a burst of 1,000 dead letters yields one alert per recipient and reason per 30 s, with the counts', () => {
+  it('a burst of 1,000 dead letters yields one alert per recipient and reason per 30 s, with the counts', async () => {
     const t0 = 1_000_000_000_000;
-    store.commit([
+    await store.commit([
       { op: 'append', drafts: [draft('@qa', t0, 'critical'), draft('@pm', t0, 'critical')] },
     ]);
     // both queues (capacity 1) hold a critical: every normal delivery is dead-lettered at once
-    store.commit([
+    await store.commit([
       ...Array.from({ length: 600 }, (_, i) => ({
         op: 'append' as const,
         drafts: [draft('@qa', t0 + i)],
@@ -77,23 +76,23 @@ describe('alert aggregation', () => {
         drafts: [draft('@pm', t0 + i)],
       })),
     ]);
-    expect(alerts()).toEqual([
+    expect(await alerts()).toEqual([
       { reason: 'queue_full', recipient: 'qa', count: 1, ids: 1 },
       { reason: 'queue_full', recipient: 'pm', count: 1, ids: 1 },
     ]);
-    store.commit([{ op: 'sweep', now: t0 + 29_000 }]); // inside the window: nothing
-    expect(alerts()).toHaveLength(2);
-    expect(store.nextDue(t0 + 29_000)).toBe(t0 + 30_000);
-    store.commit([{ op: 'sweep', now: t0 + 30_000 }]);
-    const byRecipient = alerts()
+    await store.commit([{ op: 'sweep', now: t0 + 29_000 }]); // inside the window: nothing
+    expect(await alerts()).toHaveLength(2);
+    expect(await store.nextDue(t0 + 29_000)).toBe(t0 + 30_000);
+    await store.commit([{ op: 'sweep', now: t0 + 30_000 }]);
+    const byRecipient = (await alerts())
       .slice(2)
       .sort((a, b) => a.recipient.localeCompare(b.recipient));
     expect(byRecipient).toEqual([
       { reason: 'queue_full', recipient: 'pm', count: 399, ids: 20 },
       { reason: 'queue_full', recipient: 'qa', count: 599, ids: 20 },
     ]);
-    store.commit([{ op: 'sweep', now: t0 + 90_000 }]); // nothing more to say
-    expect(alerts()).toHaveLength(4);
+    await store.commit([{ op: 'sweep', now: t0 + 90_000 }]); // nothing more to say
+    expect(await alerts()).toHaveLength(4);
     expect(store.stats.deadLetters.queue_full).toBe(1000);
   });
 });

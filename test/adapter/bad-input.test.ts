@@ -165,7 +165,7 @@ it('answers every op of a group whose commit listener throws, runs the others, a
   const { dir, cleanup } = tempDir('agw-listener-');
   const store = new SqliteStore(join(dir, 's.db'));
   try {
-    store.ensureChannels(['@qa']);
+    await store.ensureChannels(['@qa']);
     const gc = new GroupCommit(store);
     const seen: string[] = [];
     const reported: [unknown, string][] = [];
@@ -199,7 +199,7 @@ it('answers every op of a group whose commit listener throws, runs the others, a
       ['an effect failed', 'commit'],
     ]);
   } finally {
-    store.close();
+    await store.close();
     cleanup();
   }
 });

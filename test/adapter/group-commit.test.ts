@@ -14,14 +14,14 @@ import { tempDir } from '../helpers/topology.js';
 
 let store: SqliteStore;
 let cleanup: () => void;
-beforeEach(() => {
+beforeEach(async () => {
   const t = tempDir('agw-gc-');
   cleanup = t.cleanup;
   store = new SqliteStore(join(t.dir, 's.db'));
-  store.ensureChannels(['product']);
+  await store.ensureChannels(['product']);
 });
-afterEach(() => {
-  store.close();
+afterEach(async () => {
+  await store.close();
   cleanup();
 });
 
@@ -56,7 +56,7 @@ it('commits the submissions of one turn together, in order, then answers them', 
   expect(outcomes.map((o) => (o.status === 201 ? o.assignment.channel_sequence_id : 0))).toEqual(
     Array.from({ length: 55 }, (_, i) => i + 1),
   );
-  expect(store.channelMessages('product', 0, 100)).toHaveLength(55);
+  expect(await store.channelMessages('product', 0, 100)).toHaveLength(55);
 });
 
 it('a failed transaction answers every member with storage_error and writes nothing', async () => {
@@ -77,7 +77,7 @@ it('a failed transaction answers every member with storage_error and writes noth
     expect(err.retryable).toBe(true);
   }
   expect(errors).toHaveLength(1);
-  expect(store.channelMessages('product', 0, 100)).toHaveLength(0);
+  expect(await store.channelMessages('product', 0, 100)).toHaveLength(0);
   // and the sequence did not move: the next message is still number 1
   const [next] = await submit(gc, [draft()]);
   expect(next).toMatchObject({ status: 201, assignment: { channel_sequence_id: 1 } });
@@ -95,7 +95,7 @@ it('holds synchronous=FULL unless told otherwise, and reopens with the same data
   const gc = new GroupCommit(store);
   await submit(gc, [draft()]);
   expect(store.synchronous).toBe('full');
-  store.close();
+  await store.close();
   const dir = tempDir('agw-gc2-');
   const normal = new SqliteStore(join(dir.dir, 'n.db'), { sync: 'normal' });
   expect(normal.synchronous).toBe('normal');

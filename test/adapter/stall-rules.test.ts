@@ -50,8 +50,8 @@ beforeEach(() => {
   } as unknown as GroupCommit;
   watch = new StallWatch({
     store: {
-      depth: (a) => ({ all: queues.get(a)?.all ?? 0, critical: 0 }),
-      oldestPendingAt: (a) => queues.get(a)?.readyAt,
+      depth: async (a) => ({ all: queues.get(a)?.all ?? 0, critical: 0 }),
+      oldestPendingAt: async (a) => queues.get(a)?.readyAt,
     },
     commits,
     now: () => now,

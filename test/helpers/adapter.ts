@@ -73,7 +73,7 @@ export async function startTestAdapter(
     ...overrides,
   });
   const compiled = compileTopology(topology);
-  const store = openStore(settings.db, storeOptions(settings, compiled.alertsTo));
+  const store = await openStore(settings.db, storeOptions(settings, compiled.alertsTo));
   const adapter = await startAdapter({
     settings,
     topology: compiled,

@@ -31,67 +31,67 @@ function draft(key = randomUUID()): MessageDraft {
 
 let dir: string;
 let cleanup: () => void;
-beforeEach(() => {
+beforeEach(async () => {
   ({ dir, cleanup } = tempDir('agw-durable-'));
 });
 afterEach(() => cleanup());
 
 describe('the mode each commit runs with', () => {
-  it('is FULL for a group that sends or replays a dead letter, NORMAL for leases, acks, sweeps', () => {
+  it('is FULL for a group that sends or replays a dead letter, NORMAL for leases, acks, sweeps', async () => {
     const store = new SqliteStore(join(dir, 'a.db'), {
       delivery: { maxRetries: 0, leaseMs: 1000, alertsTo: 'orchestrator' },
     });
-    store.ensureChannels(['@qa']);
-    store.commit([{ op: 'append', drafts: [draft()] }]);
+    await store.ensureChannels(['@qa']);
+    await store.commit([{ op: 'append', drafts: [draft()] }]);
     expect(store.synchronous).toBe('full');
     const now = Date.now();
-    const [leased] = store.commit([{ op: 'lease', agent: 'qa', max: 10, now }]).results;
+    const [leased] = (await store.commit([{ op: 'lease', agent: 'qa', max: 10, now }])).results;
     expect(store.synchronous).toBe('normal');
     const ids = (leased !== undefined && 'ok' in leased ? leased.ok : []) as {
       delivery_id: number;
     }[];
     expect(ids).toHaveLength(1);
-    store.commit([{ op: 'heartbeat', agent: 'qa', now }]);
+    await store.commit([{ op: 'heartbeat', agent: 'qa', now }]);
     expect(store.synchronous).toBe('normal');
-    store.commit([{ op: 'sweep', now: now + 10 }]); // nothing ran out
+    await store.commit([{ op: 'sweep', now: now + 10 }]); // nothing ran out
     expect(store.synchronous).toBe('normal');
-    store.commit([{ op: 'sweep', now: now + 5000 }]); // dead-lettered, and an alert written
-    const [dead] = store.deadLetters(0, 10).map((d) => JSON.parse(d) as { id: number });
+    await store.commit([{ op: 'sweep', now: now + 5000 }]); // dead-lettered, and an alert written
+    const [dead] = (await store.deadLetters(0, 10)).map((d) => JSON.parse(d) as { id: number });
     expect(dead).toBeDefined();
-    store.commit([{ op: 'ack', agent: 'qa', ids: [] }]);
+    await store.commit([{ op: 'ack', agent: 'qa', ids: [] }]);
     expect(store.synchronous).toBe('normal');
-    store.commit([{ op: 'replay_dead_letter', id: dead!.id, now: now + 6000 }]);
+    await store.commit([{ op: 'replay_dead_letter', id: dead!.id, now: now + 6000 }]);
     expect(store.synchronous).toBe('full');
     // a group that mixes an ack with a send is FULL
-    store.commit([
+    await store.commit([
       { op: 'ack', agent: 'qa', ids: ids.map((d) => d.delivery_id) },
       { op: 'append', drafts: [draft()] },
     ]);
     expect(store.synchronous).toBe('full');
-    store.close();
+    await store.close();
   });
 
-  it('makes a group of leases durable when an alert (a message) fell due in it', () => {
+  it('makes a group of leases durable when an alert (a message) fell due in it', async () => {
     const store = new SqliteStore(join(dir, 'alerts.db'), {
       delivery: { maxRetries: 0, leaseMs: 1000, alertsTo: 'orchestrator' },
     });
-    store.ensureChannels(['@qa']);
-    store.commit([{ op: 'append', drafts: [draft()] }]);
+    await store.ensureChannels(['@qa']);
+    await store.commit([{ op: 'append', drafts: [draft()] }]);
     const now = Date.now();
-    store.commit([{ op: 'lease', agent: 'qa', max: 10, now }]);
+    await store.commit([{ op: 'lease', agent: 'qa', max: 10, now }]);
     expect(store.synchronous).toBe('normal');
-    const { effects } = store.commit([{ op: 'sweep', now: now + 5000 }]);
+    const { effects } = await store.commit([{ op: 'sweep', now: now + 5000 }]);
     expect(effects.alerts.map((a) => a.kind)).toEqual(['alert/dead-letter']);
     expect(store.synchronous).toBe('full');
-    store.close();
+    await store.close();
   });
 
-  it('stays NORMAL throughout with AGW_SYNC=normal', () => {
+  it('stays NORMAL throughout with AGW_SYNC=normal', async () => {
     const store = new SqliteStore(join(dir, 'n.db'), { sync: 'normal' });
-    store.ensureChannels(['@qa']);
-    store.commit([{ op: 'append', drafts: [draft()] }]);
+    await store.ensureChannels(['@qa']);
+    await store.commit([{ op: 'append', drafts: [draft()] }]);
     expect(store.synchronous).toBe('normal');
-    store.close();
+    await store.close();
   });
 });
 
@@ -130,27 +130,29 @@ describe('fsync calls, counted on a real process', () => {
     const store = new SqliteStore(process.env.DIR + '/a-' + randomUUID() + '.db', {
       delivery: { maxRetries: 0, leaseMs: 1000, alertsTo: 'orchestrator' } });
     const T = Date.now();
-    store.ensureChannels(['@qa']);
+    await store.ensureChannels(['@qa']);
     const draft = () => { const key = randomUUID(); return { sender: 'pm', idempotencyKey: key,
       fingerprint: createHash('sha256').update(key).digest(), channel: '@qa', kind: 'status',
       priority: 'normal', replyTo: null, payloadJson: '{}', receivedAt: Date.now(), recipients: ['qa'] }; };
     for (let i = 0; i < ${N}; i++) { ${ops} }
-    store.close();`;
+    await store.close();`;
 
   // a few node processes under strace: seconds on a loaded machine
   it('the adapter fsyncs each commit that holds a message, and no lease or ack', {
     timeout: 60_000,
-  }, () => {
+  }, async () => {
     process.env.DIR = dir;
-    const sends = fsyncsOf(adapterScript("store.commit([{ op: 'append', drafts: [draft()] }]);"));
+    const sends = fsyncsOf(
+      adapterScript("await store.commit([{ op: 'append', drafts: [draft()] }]);"),
+    );
     // open, migrations and the channel counter: a few fsyncs; measured the same way
     const base = fsyncsOf(adapterScript(''));
     const trips = fsyncsOf(
       adapterScript(`
-        store.commit([{ op: 'append', drafts: [draft()] }]);
-        const [r] = store.commit([{ op: 'lease', agent: 'qa', max: 1, now: Date.now() }]).results;
-        store.commit([{ op: 'ack', agent: 'qa', ids: r.ok.map((d) => d.delivery_id) }]);
-        store.commit([{ op: 'heartbeat', agent: 'qa', now: Date.now() }]);`),
+        await store.commit([{ op: 'append', drafts: [draft()] }]);
+        const [r] = (await store.commit([{ op: 'lease', agent: 'qa', max: 1, now: Date.now() }])).results;
+        await store.commit([{ op: 'ack', agent: 'qa', ids: r.ok.map((d) => d.delivery_id) }]);
+        await store.commit([{ op: 'heartbeat', agent: 'qa', now: Date.now() }]);`),
     );
     expect(sends - base).toBeGreaterThanOrEqual(N);
     // a trip of send, lease, ack and heartbeat costs what the send alone costs
@@ -160,9 +162,9 @@ describe('fsync calls, counted on a real process', () => {
     const alerts = fsyncsOf(
       adapterScript(`
         const t = T + i * 100000;
-        store.commit([{ op: 'append', drafts: [{ ...draft(), receivedAt: t }] }]);
-        store.commit([{ op: 'lease', agent: 'qa', max: 1, now: t }]);
-        const { effects } = store.commit([{ op: 'sweep', now: t + 5000 }]);
+        await store.commit([{ op: 'append', drafts: [{ ...draft(), receivedAt: t }] }]);
+        await store.commit([{ op: 'lease', agent: 'qa', max: 1, now: t }]);
+        const { effects } = await store.commit([{ op: 'sweep', now: t + 5000 }]);
         if (effects.alerts.length !== 1) throw new Error('no alert in sweep ' + i);`),
     );
     expect(alerts - base).toBeGreaterThanOrEqual(2 * N);
@@ -170,7 +172,7 @@ describe('fsync calls, counted on a real process', () => {
 
   it("the sidecar fsyncs each message it queues, and none of inbox repair's marks", {
     timeout: 60_000,
-  }, () => {
+  }, async () => {
     process.env.DIR = dir;
     const sidecar = (ops: string) => `
       const { SidecarFile } = await import(dist + 'store/sidecar-file.js');

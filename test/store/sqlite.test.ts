@@ -13,7 +13,12 @@ import { storeConformance } from './conformance.js';
 storeConformance('SQLite store', async ({ delivery, storage, budgets }) => {
   const dir = mkdtempSync(join(tmpdir(), 'agw-store-'));
   const file = join(dir, 'adapter.db');
-  const store = openStore(file, { sync: 'full', delivery, storage, budgets }) as SqliteStore;
+  const store = (await openStore(file, {
+    sync: 'full',
+    delivery,
+    storage,
+    budgets,
+  })) as SqliteStore;
   return {
     store,
     // SQLite's own page cap (PRAGMA max_page_count) at the pages the file has: writes that need

@@ -31,11 +31,11 @@ function draft(sender: string, channel: string, to: string[], text: string): Mes
   };
 }
 
-it('counts the messages already stored against their senders, as they would have been counted', () => {
+it('counts the messages already stored against their senders, as they would have been counted', async () => {
   const file = join(dir, 'a.db');
   const store = new SqliteStore(file, { delivery: { alertsTo: 'orchestrator' } });
-  store.ensureChannels(['@qa', 'product']);
-  store.commit([
+  await store.ensureChannels(['@qa', 'product']);
+  await store.commit([
     {
       op: 'append',
       drafts: [
@@ -45,9 +45,9 @@ it('counts the messages already stored against their senders, as they would have
       ],
     },
   ]);
-  const counted = store.storageUse().senders;
+  const counted = (await store.storageUse()).senders;
   expect(Object.keys(counted).sort()).toEqual(['engineering', 'pm']);
-  store.close();
+  await store.close();
 
   const db = new Database(file);
   db.exec(`
@@ -64,8 +64,8 @@ it('counts the messages already stored against their senders, as they would have
 
   const reopened = new SqliteStore(file, { delivery: { alertsTo: 'orchestrator' } });
   try {
-    expect(reopened.storageUse().senders).toEqual(counted);
+    expect((await reopened.storageUse()).senders).toEqual(counted);
   } finally {
-    reopened.close();
+    await reopened.close();
   }
 });

@@ -36,8 +36,8 @@ function draft(sender: string, channel: string, extra: Partial<MessageDraft> = {
   };
 }
 
-function append(store: SqliteStore, ...drafts: MessageDraft[]): AppendOutcome[] {
-  const { results } = store.commit([{ op: 'append', drafts }]);
+async function append(store: SqliteStore, ...drafts: MessageDraft[]): Promise<AppendOutcome[]> {
+  const { results } = await store.commit([{ op: 'append', drafts }]);
   const r = results[0]!;
   if ('err' in r) throw r.err;
   return r.ok as AppendOutcome[];
@@ -48,13 +48,13 @@ const idOf = (o: AppendOutcome | undefined): string => {
   return o.assignment.message_id;
 };
 
-it('makes the messages stored before it roots of their own threads, seen as such by every reader', () => {
+it('makes the messages stored before it roots of their own threads, seen as such by every reader', async () => {
   const file = join(dir, 'a.db');
   const store = new SqliteStore(file, opts);
-  store.ensureChannels(['@qa', 'product']);
+  await store.ensureChannels(['@qa', 'product']);
   const directDraft = draft('pm', '@qa');
-  const [direct, group] = append(store, directDraft, draft('pm', 'product'));
-  store.close();
+  const [direct, group] = await append(store, directDraft, draft('pm', 'product'));
+  await store.close();
 
   // back to version 3: the columns, index and table gone, the bodies as version 3 wrote them
   const db = new Database(file);
@@ -83,33 +83,34 @@ it('makes the messages stored before it roots of their own threads, seen as such
     const legacy = idOf(direct);
     const asRoot = (m: Message, id: string) =>
       expect(m).toMatchObject({ message_id: id, thread_id: id, hop: 0, payload: { hop: 7 } });
-    const [m] = reopened.channelMessages('@qa', 0, 10).map((j) => JSON.parse(j) as Message);
+    const [m] = (await reopened.channelMessages('@qa', 0, 10)).map((j) => JSON.parse(j) as Message);
     asRoot(m!, legacy);
-    const [d] = reopened
-      .commit([{ op: 'lease', agent: 'qa', max: 10, now: Date.now() }])
-      .results.map((r) => ('ok' in r ? (r.ok as string[]) : []))[0]!
+    const [d] = (
+      await reopened.commit([{ op: 'lease', agent: 'qa', max: 10, now: Date.now() }])
+    ).results
+      .map((r) => ('ok' in r ? (r.ok as string[]) : []))[0]!
       .map((j) => JSON.parse(j) as Delivery);
     asRoot(d!.message, legacy);
-    asRoot(JSON.parse(reopened.messageStatus(legacy)!.message) as Message, legacy);
+    asRoot(JSON.parse((await reopened.messageStatus(legacy))!.message) as Message, legacy);
     // a repeat of its key is answered as the root it is
-    expect(append(reopened, directDraft)[0]).toMatchObject({
+    expect((await append(reopened, directDraft))[0]).toMatchObject({
       status: 200,
       assignment: { message_id: legacy, thread_id: legacy, hop: 0 },
     });
     // a reply may name it, in another channel, and the thread view holds both
-    const [reply] = append(reopened, draft('qa', 'product', { replyToId: legacy }));
+    const [reply] = await append(reopened, draft('qa', 'product', { replyToId: legacy }));
     expect(reply).toMatchObject({ status: 201, assignment: { thread_id: legacy, hop: 1 } });
-    const page = reopened.threadMessages(legacy, 0, 10);
+    const page = await reopened.threadMessages(legacy, 0, 10);
     expect(page.messages.map((j) => (JSON.parse(j) as Message).message_id)).toEqual([
       legacy,
       idOf(reply),
     ]);
-    const replayed = reopened
-      .channelMessages('product', 0, 10)
-      .map((j) => JSON.parse(j) as Message);
+    const replayed = (await reopened.channelMessages('product', 0, 10)).map(
+      (j) => JSON.parse(j) as Message,
+    );
     asRoot(replayed[0]!, idOf(group));
     expect(replayed[1]).toMatchObject({ reply_to: legacy, thread_id: legacy, hop: 1 });
   } finally {
-    reopened.close();
+    await reopened.close();
   }
 });

@@ -1,0 +1,62 @@
+/**
+ * A stored message as every store writes it: its assignment, its JSON (what readers are
+ * served, checksummed), and the bytes it is estimated at before it is written. Pure functions,
+ * shared by the SQLite and the PostgreSQL store so that both store byte-identical messages.
+ */
+import type { Assignment } from '../protocol/envelope.js';
+import type { GatewayError } from '../protocol/errors.js';
+import type { Placement } from './sqlite-threads.js';
+import type { AppendOutcome, MessageDraft } from './store.js';
+
+/** A stored message's bytes besides its payload: the assigned fields and the envelope's. */
+export const HEAD_BYTES = 320;
+
+export function rejected(error: GatewayError): AppendOutcome {
+  return { status: 'rejected', error };
+}
+
+export function assignment(
+  id: string,
+  channel: string,
+  seq: number,
+  at: number,
+  d: MessageDraft,
+  threadId: string,
+  hop: number,
+): Assignment {
+  return {
+    message_id: id,
+    channel,
+    channel_sequence_id: seq,
+    timestamp_iso8601: new Date(at).toISOString(),
+    idempotency_key: d.idempotencyKey,
+    // the same key with the same fingerprint is the same priority: it is part of the fingerprint
+    priority: d.priority,
+    thread_id: threadId,
+    hop,
+  };
+}
+
+/**
+ * The stored message: the assigned fields, the envelope, and the payload bytes as sent. A reply
+ * carries `reply_to`, the message it answers, however it named it; `hop` comes last before the
+ * payload (withThreadFields tells the rows written before threads by its absence there).
+ */
+export function messageJson(a: Assignment, d: MessageDraft, p: Placement): string {
+  const head = JSON.stringify({
+    message_id: a.message_id,
+    channel: a.channel,
+    channel_sequence_id: a.channel_sequence_id,
+    sender: d.sender,
+    timestamp_iso8601: a.timestamp_iso8601,
+    idempotency_key: d.idempotencyKey,
+    to: d.channel,
+    kind: d.kind,
+    priority: d.priority,
+    ...(d.replyTo === null ? {} : { reply_to_sequence_id: d.replyTo }),
+    ...(p.replyTo === null ? {} : { reply_to: p.replyTo }),
+    thread_id: a.thread_id,
+    hop: a.hop,
+  });
+  return `${head.slice(0, -1)},"payload":${d.payloadJson}}`;
+}
