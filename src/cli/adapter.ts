@@ -100,11 +100,11 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   }
   logger.info(
     { url: adapter.url },
-    'adapter ready: store open, first sweep done; quick_check runs in the background',
+    'adapter ready: store open, first sweep done; its integrity check runs in the background',
   );
   // close() waits for the check, so this settles before a stop does.
   return adapter.integrity.then((ms) => {
-    logger.info({ ms }, `quick_check passed in ${ms} ms`);
+    logger.info({ ms }, `the store's integrity check passed in ${ms} ms`);
     return stopped;
   }, failed);
 }

@@ -10,22 +10,13 @@
 import type Database from 'better-sqlite3';
 import { SQL } from './sql.js';
 import type { CommitEffectsLog } from './sqlite-effects.js';
-import type { AlertReason, BudgetReason, DeliveryStats, SentAlert } from './store.js';
-
-const KIND: Record<AlertReason, SentAlert['kind']> = {
-  lease_expired: 'alert/dead-letter',
-  nacked: 'alert/dead-letter',
-  rejected: 'alert/dead-letter',
-  evicted: 'alert/dead-letter',
-  queue_full: 'alert/dead-letter',
-  integrity: 'alert/integrity',
-  critical_overrun: 'alert/overrun',
-  checksum_mismatch: 'alert/integrity',
-  storage_full: 'alert/storage',
-  write_failures: 'alert/storage',
-  hop_budget_exceeded: 'alert/budget',
-  thread_budget_exceeded: 'alert/budget',
-};
+import {
+  ALERT_KIND,
+  type AlertReason,
+  type BudgetReason,
+  type DeliveryStats,
+  type SentAlert,
+} from './store.js';
 
 /** Message ids one alert lists (CONTRACT.md: up to 20); the count has them all. */
 const MAX_IDS = 20;
@@ -92,7 +83,7 @@ export class Alerts {
     const row: AlertRow = {
       recipient,
       reason,
-      kind: KIND[reason],
+      kind: ALERT_KIND[reason],
       last_sent_at: prior?.last_sent_at ?? 0,
       count: (prior?.count ?? 0) + count,
       message_ids: JSON.stringify(ids),

@@ -6,7 +6,7 @@
  */
 import { crc32 } from 'node:zlib';
 import type Database from 'better-sqlite3';
-import { ADAPTER_SENDER, type Assignment } from '../protocol/envelope.js';
+import { ADAPTER_SENDER } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { uuidv7, uuidv7Time } from '../protocol/ids.js';
 import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
@@ -17,7 +17,7 @@ import { Alerts, type DueAlert } from './sqlite-alerts.js';
 import { Deliveries } from './sqlite-deliveries.js';
 import { CommitEffectsLog } from './sqlite-effects.js';
 import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
-import { type Placement, type ThreadRow, Threads, withThreadFields } from './sqlite-threads.js';
+import { type ThreadRow, Threads, withThreadFields } from './sqlite-threads.js';
 import { messageSize, StorageBudget } from './storage-budget.js';
 import {
   type AgentState,

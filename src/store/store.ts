@@ -130,6 +130,22 @@ export type AlertReason =
   | 'write_failures'
   | BudgetReason;
 
+/** The kind of alert message each reason is told as (CONTRACT.md, "Alerts"). */
+export const ALERT_KIND: Readonly<Record<AlertReason, SentAlert['kind']>> = {
+  lease_expired: 'alert/dead-letter',
+  nacked: 'alert/dead-letter',
+  rejected: 'alert/dead-letter',
+  evicted: 'alert/dead-letter',
+  queue_full: 'alert/dead-letter',
+  integrity: 'alert/integrity',
+  critical_overrun: 'alert/overrun',
+  checksum_mismatch: 'alert/integrity',
+  storage_full: 'alert/storage',
+  write_failures: 'alert/storage',
+  hop_budget_exceeded: 'alert/budget',
+  thread_budget_exceeded: 'alert/budget',
+};
+
 /** Why a reply was refused by its thread's budget: the error code and the alert's reason. */
 export type BudgetReason = 'hop_budget_exceeded' | 'thread_budget_exceeded';
 

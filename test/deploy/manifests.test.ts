@@ -6,7 +6,10 @@
  * sidecar fields are there, no pod mounts a service account token, the images build on one
  * pinnable base, and image names and ports agree across files, and k8s/ holds no token, only
  * placeholders the adapter refuses. The systemd units pass `systemd-analyze verify` where it is
- * available.
+ * available. The PostgreSQL overlay (k8s/postgres/) stays in step with the base and the code:
+ * 3 replicas rolled one at a time, no claim, known settings, AGW_DB from a Secret key it makes,
+ * a PDB over the adapter pods, a CloudNativePG Cluster of 3 with synchronous replication, a
+ * placeholder URL, a network policy for the adapters, and it builds with kustomize.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -397,5 +400,232 @@ describe('systemd units', () => {
       writeFileSync(file, text);
       execFileSync('systemd-analyze', ['verify', file], { stdio: 'pipe' });
     }
+  });
+});
+
+describe('k8s/postgres/ (the PostgreSQL overlay)', () => {
+  const dir = 'postgres';
+  const [base] = docs('kustomization.yaml');
+  const [overlay] = docs(`${dir}/kustomization.yaml`);
+  const baseAdapter = docs('adapter.yaml').find((d) => d.kind === 'Deployment');
+  const basePvc = docs('adapter.yaml').find((d) => d.kind === 'PersistentVolumeClaim');
+  const patches = docs(`${dir}/adapter.yaml`);
+  const patch = patches.find((d) => d.kind === 'Deployment');
+  const [cluster] = docs(`${dir}/cluster.yaml`);
+  const [pdb] = docs(`${dir}/pdb.yaml`);
+  const [dbPolicy] = docs(`${dir}/network-policy.yaml`);
+  const [job] = docs(`${dir}/migrate-store-job.yaml`);
+  const patchedAdapter = patch.spec.template.spec.containers.find((c: Doc) => c.name === 'adapter');
+  const baseAdapterContainer = baseAdapter.spec.template.spec.containers[0];
+  const envOf = (c: Doc, name: string) => c.env?.find((e: Doc) => e.name === name);
+  const matches = (selector: Record<string, string>, labels: Record<string, string>) =>
+    Object.entries(selector).every(([k, v]) => labels[k] === v);
+  /** The keys a secretGenerator entry makes: `key=...` literals and files (`key=path` or path). */
+  const generatedKeys = (name: string): string[] => {
+    const g = overlay.secretGenerator.find((x: Doc) => x.name === name);
+    if (g === undefined) return [];
+    return [
+      ...(g.literals ?? []).map((l: string) => l.split('=')[0]),
+      ...(g.files ?? []).map((f: string) =>
+        f.includes('=') ? f.split('=')[0] : f.split('/').at(-1),
+      ),
+    ];
+  };
+  const urlLiteral = (): URL => {
+    const g = overlay.secretGenerator.find((x: Doc) => x.name === 'agent-gateway-db');
+    const literal = g.literals.find((l: string) => l.startsWith('url='));
+    return new URL(literal.slice('url='.length));
+  };
+
+  it('repeats the base (its files, generators and images) and lists files that exist', () => {
+    const own = ['cluster.yaml', 'pdb.yaml', 'network-policy.yaml'];
+    expect(overlay.resources).toEqual([...base.resources.map((r: string) => `../${r}`), ...own]);
+    for (const r of overlay.resources) expect(existsSync(join(k8s, dir, r)), r).toBe(true);
+    expect(overlay.namespace).toBe(base.namespace);
+    expect(overlay.images).toEqual(base.images);
+    expect(overlay.generatorOptions).toEqual(base.generatorOptions);
+    for (const g of base.secretGenerator) {
+      const mine = overlay.secretGenerator.find((x: Doc) => x.name === g.name);
+      expect(mine, g.name).toBeDefined();
+      expect(mine.literals, g.name).toEqual(g.literals);
+      expect(mine.files, g.name).toEqual(g.files?.map((f: string) => `../${f}`));
+    }
+    for (const p of overlay.patches) expect(existsSync(join(k8s, dir, p.path)), p.path).toBe(true);
+    // the one-off Job is run by hand, not applied with the overlay
+    expect(overlay.resources).not.toContain('migrate-store-job.yaml');
+  });
+
+  it('runs the base adapter as 3 replicas, rolled one at a time, with no volume of its own', () => {
+    expect(patch.metadata.name).toBe(baseAdapter.metadata.name);
+    expect(patch.spec.replicas).toBe(3);
+    expect(patch.spec.strategy).toEqual({
+      type: 'RollingUpdate',
+      rollingUpdate: { maxUnavailable: 0, maxSurge: 1 },
+    });
+    // the base's claim, its volume and its mount are deleted by name
+    const deleted = patches.find((d) => d.kind === 'PersistentVolumeClaim');
+    expect(deleted.$patch).toBe('delete');
+    expect(deleted.metadata.name).toBe(basePvc.metadata.name);
+    const pvcVolume = baseAdapter.spec.template.spec.volumes.find(
+      (v: Doc) => v.persistentVolumeClaim?.claimName === basePvc.metadata.name,
+    );
+    const gone = patch.spec.template.spec.volumes.find((v: Doc) => v.name === pvcVolume.name);
+    expect(gone?.$patch).toBe('delete');
+    const mount = baseAdapterContainer.volumeMounts.find((m: Doc) => m.name === pvcVolume.name);
+    expect(
+      patchedAdapter.volumeMounts.find((m: Doc) => m.name === mount.name && m.$patch === 'delete'),
+    ).toMatchObject({ mountPath: mount.mountPath });
+    expect(patchedAdapter.name).toBe(baseAdapterContainer.name);
+  });
+
+  it('sets only adapter settings, and AGW_DB from a Secret key the overlay generates', () => {
+    for (const e of patchedAdapter.env)
+      if (String(e.name).startsWith('AGW_')) expect(ADAPTER_ENV.has(e.name), e.name).toBe(true);
+    const db = envOf(patchedAdapter, 'AGW_DB');
+    // the base's file path is removed (value: null), not left beside valueFrom
+    expect(db).toHaveProperty('value', null);
+    const ref = db.valueFrom.secretKeyRef;
+    expect(generatedKeys(ref.name), `Secret ${ref.name}`).toContain(ref.key);
+    expect(envOf(baseAdapterContainer, 'AGW_DB').value).toMatch(/^\/.*\.db$/);
+    // readiness stays /health (the database reachable at the expected schema): not patched away
+    expect(patchedAdapter.readinessProbe).toBeUndefined();
+    expect(baseAdapterContainer.readinessProbe.httpGet.path).toBe('/health');
+  });
+
+  it('keeps two adapters through a disruption: the PDB selects the adapter pods', () => {
+    expect(pdb.apiVersion).toBe('policy/v1');
+    expect(pdb.kind).toBe('PodDisruptionBudget');
+    expect(pdb.spec.minAvailable).toBe(2);
+    expect(pdb.spec.selector.matchLabels).toEqual(baseAdapter.spec.selector.matchLabels);
+    expect(matches(pdb.spec.selector.matchLabels, baseAdapter.spec.template.metadata.labels)).toBe(
+      true,
+    );
+    expect(pdb.spec.minAvailable).toBeLessThan(patch.spec.replicas);
+  });
+
+  it('runs the database as a CloudNativePG Cluster of 3 with synchronous quorum replication', () => {
+    expect(cluster.apiVersion).toBe('postgresql.cnpg.io/v1');
+    expect(cluster.kind).toBe('Cluster');
+    expect(cluster.spec.instances).toBe(3);
+    expect(cluster.spec.postgresql.synchronous).toEqual({
+      method: 'any',
+      number: 1,
+      dataDurability: 'required',
+    });
+    // the deprecated fields of CloudNativePG before 1.24 are not mixed in
+    expect(cluster.spec.minSyncReplicas).toBeUndefined();
+    expect(cluster.spec.maxSyncReplicas).toBeUndefined();
+    // the URL names the Cluster's read-write Service, its database and owner
+    const url = urlLiteral();
+    expect(url.protocol).toBe('postgresql:');
+    expect(url.hostname).toBe(`${cluster.metadata.name}-rw`);
+    expect(url.pathname).toBe(`/${cluster.spec.bootstrap.initdb.database}`);
+    expect(url.username).toBe(cluster.spec.bootstrap.initdb.owner);
+  });
+
+  it('ships a placeholder URL, never a password', () => {
+    expect(urlLiteral().password).toBe('REPLACE-with-db-password');
+    const literals: string[] = overlay.secretGenerator.flatMap((g: Doc) => g.literals ?? []);
+    for (const l of literals) {
+      if (l.startsWith('url=')) continue;
+      expect(l, l).toMatch(/^token=REPLACE-with-[a-z0-9._-]+-token$/);
+    }
+    expect(readFileSync(join(k8s, dir, '.gitignore'), 'utf8')).toMatch(/^\/secrets\/$/m);
+  });
+
+  it('lets the adapters and the migration reach the database, and the adapters only', () => {
+    expect(dbPolicy.spec.podSelector.matchLabels).toEqual({
+      'cnpg.io/cluster': cluster.metadata.name,
+    });
+    const port = Number(urlLiteral().port);
+    const clientRule = dbPolicy.spec.ingress.find((r: Doc) =>
+      r.ports?.some((p: Doc) => p.port === port),
+    );
+    const selector = clientRule.from[0].podSelector.matchLabels;
+    const adapterLabels = {
+      ...baseAdapter.spec.template.metadata.labels,
+      ...patch.spec.template.metadata.labels,
+    };
+    expect(matches(selector, adapterLabels), 'adapter pods').toBe(true);
+    expect(matches(selector, job.spec.template.metadata.labels), 'the migration Job').toBe(true);
+    // agents are not let in
+    const [agentPod] = docs('agent-pod.yaml');
+    expect(matches(selector, agentPod.spec.template.metadata.labels)).toBe(false);
+    // the instances still reach each other (replication)
+    expect(
+      dbPolicy.spec.ingress.some(
+        (r: Doc) =>
+          r.ports === undefined &&
+          r.from.some(
+            (f: Doc) => f.podSelector?.matchLabels?.['cnpg.io/cluster'] === cluster.metadata.name,
+          ),
+      ),
+    ).toBe(true);
+  });
+
+  it("runs the one-off migration on the base adapter's file, into the adapters' URL", () => {
+    const [c] = job.spec.template.spec.containers;
+    expect(c.image).toBe(baseAdapterContainer.image);
+    const file = envOf(baseAdapterContainer, 'AGW_DB').value;
+    expect(c.args).toEqual(['migrate-store', '--from', file, '--to', '$(AGW_DB)']);
+    expect(envOf(c, 'AGW_DB').valueFrom).toEqual(envOf(patchedAdapter, 'AGW_DB').valueFrom);
+    const volume = job.spec.template.spec.volumes.find(
+      (v: Doc) => v.persistentVolumeClaim?.claimName === basePvc.metadata.name,
+    );
+    const mount = c.volumeMounts.find((m: Doc) => m.name === volume.name);
+    expect(file.startsWith(`${mount.mountPath}/`)).toBe(true);
+    expect(job.spec.template.spec.automountServiceAccountToken).toBe(false);
+    expect(job.spec.template.spec.restartPolicy).toBe('Never');
+    // the adapter Service never sends it requests
+    const service = docs('adapter.yaml').find((d) => d.kind === 'Service');
+    expect(matches(service.spec.selector, job.spec.template.metadata.labels)).toBe(false);
+  });
+
+  const kubectl = ['/usr/bin/kubectl', '/usr/local/bin/kubectl'].find((p) => existsSync(p));
+  it.runIf(kubectl !== undefined)('builds with kustomize into what the checks above expect', () => {
+    const build = (path: string, ...flags: string[]): Doc[] =>
+      parseAllDocuments(
+        execFileSync(kubectl!, ['kustomize', ...flags, path], { encoding: 'utf8' }),
+      ).map((d) => d.toJS());
+    const out = build(join(k8s, dir), '--load-restrictor', 'LoadRestrictionsNone');
+    const baseOut = build(k8s);
+    const ids = (objs: Doc[]) => objs.map((o) => `${o.kind}/${o.metadata.name}`).sort();
+    // the base's objects but its claim, and the overlay's four
+    expect(ids(out)).toEqual(
+      [
+        ...ids(baseOut).filter((i) => i !== `PersistentVolumeClaim/${basePvc.metadata.name}`),
+        `Cluster/${cluster.metadata.name}`,
+        `NetworkPolicy/${dbPolicy.metadata.name}`,
+        `PodDisruptionBudget/${pdb.metadata.name}`,
+        'Secret/agent-gateway-db',
+      ].sort(),
+    );
+    for (const o of out) if (o.kind !== 'Namespace') expect(o.metadata.namespace).toBe('agents');
+    const deployment = out.find(
+      (o) => o.kind === 'Deployment' && o.metadata.name === baseAdapter.metadata.name,
+    );
+    expect(deployment.spec.replicas).toBe(3);
+    expect(deployment.spec.strategy.type).toBe('RollingUpdate');
+    const pod = deployment.spec.template.spec;
+    expect(pod.volumes.some((v: Doc) => v.persistentVolumeClaim !== undefined)).toBe(false);
+    const [adapter] = pod.containers;
+    for (const e of adapter.env)
+      if (String(e.name).startsWith('AGW_')) expect(ADAPTER_ENV.has(e.name), e.name).toBe(true);
+    const db = adapter.env.find((e: Doc) => e.name === 'AGW_DB');
+    expect(db.value).toBeUndefined();
+    const secret = out.find(
+      (o) => o.kind === 'Secret' && o.metadata.name === db.valueFrom.secretKeyRef.name,
+    );
+    expect(Object.keys(secret.data)).toContain(db.valueFrom.secretKeyRef.key);
+    expect(adapter.readinessProbe.httpGet.path).toBe('/health');
+    for (const m of adapter.volumeMounts)
+      expect(
+        pod.volumes.some((v: Doc) => v.name === m.name),
+        m.name,
+      ).toBe(true);
+    const builtPdb = out.find((o) => o.kind === 'PodDisruptionBudget');
+    expect(
+      matches(builtPdb.spec.selector.matchLabels, deployment.spec.template.metadata.labels),
+    ).toBe(true);
   });
 });

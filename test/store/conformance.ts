@@ -1813,8 +1813,10 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       await h.send(sized(16, { channel: '@qa', sender: 'pm', at: T0 + DAY }));
     });
 
-    it("refuses new messages when the volume's free space is below the reserve", async () => {
+    it("refuses new messages when the volume's free space is below the reserve", async (ctx) => {
       const h = await open({}, [], { reserveBytes: 2 ** 50 }); // more than any volume has free
+      // a store whose volume a client cannot see (PostgreSQL's) reports it as Infinity
+      if (!Number.isFinite((await h.store.storageUse()).availableBytes)) return ctx.skip();
       const [o] = await h.append(draft({ channel: '@qa' }));
       expect(refusal(o)?.code).toBe('storage_full');
       expect(await h.messages('@qa')).toEqual([]);

@@ -1,0 +1,152 @@
+/**
+ * Alert aggregation on PostgreSQL: the rules of sqlite-alerts.ts (at most one alert per
+ * (subject, reason) every window, the first at once, the count since the last), applied by one
+ * transaction at a time across replicas. Groups only append events (alert_events); the alerts
+ * transaction, under pg_advisory_xact_lock(LOCK_ALERTS), takes every event in id order, folds
+ * each into its alert_state row as SQLite's raise() would at the event's time, and hands back
+ * the alerts that fell due for the store to write as messages. Runs inside that transaction.
+ */
+import type { AlertEvent, Tx } from './pg-tx.js';
+import type { DueAlert } from './sqlite-alerts.js';
+import { ALERT_KIND, type BudgetReason, type DeliveryStats, type SentAlert } from './store.js';
+
+/** Message ids one alert lists (CONTRACT.md: up to 20); the count has them all. */
+const MAX_IDS = 20;
+
+interface AlertRow {
+  recipient: string;
+  reason: string;
+  kind: string;
+  last_sent_at: number;
+  count: number;
+  message_ids: string;
+  attempts: number;
+  sender: string | null;
+}
+
+const keyOf = (recipient: string, reason: string) => `${recipient}\u0000${reason}`;
+
+export class AlertFold {
+  readonly #windowMs: number;
+  readonly #stats: DeliveryStats;
+  readonly #tx: Tx;
+  readonly #rows = new Map<string, AlertRow | null>();
+  readonly #changed = new Set<string>();
+  readonly #due: DueAlert[] = [];
+
+  constructor(tx: Tx, windowMs: number, stats: DeliveryStats) {
+    this.#tx = tx;
+    this.#windowMs = windowMs;
+    this.#stats = stats;
+  }
+
+  /** Reads the alert_state rows of these events that are not read yet, one statement. */
+  async load(events: readonly AlertEvent[]): Promise<void> {
+    const want = new Map<string, AlertEvent>();
+    for (const e of events) {
+      const k = keyOf(e.recipient, e.reason);
+      if (!this.#rows.has(k)) want.set(k, e);
+    }
+    if (want.size === 0) return;
+    const list = [...want.values()];
+    const rows = await this.#tx.q<AlertRow>('alertStates', [
+      list.map((e) => e.recipient),
+      list.map((e) => e.reason),
+    ]);
+    for (const k of want.keys()) this.#rows.set(k, null);
+    for (const r of rows) this.#rows.set(keyOf(r.recipient, r.reason), r);
+  }
+
+  /** One event, as sqlite-alerts.ts raise() counts it at its time (its row loaded first). */
+  apply(e: AlertEvent): void {
+    const k = keyOf(e.recipient, e.reason);
+    const prior = this.#rows.get(k) ?? undefined;
+    const ids = prior === undefined ? [] : (JSON.parse(prior.message_ids) as string[]);
+    if (e.messageId !== null && ids.length < MAX_IDS && !ids.includes(e.messageId))
+      ids.push(e.messageId);
+    const row: AlertRow = {
+      recipient: e.recipient,
+      reason: e.reason,
+      kind: ALERT_KIND[e.reason],
+      last_sent_at: prior?.last_sent_at ?? 0,
+      count: (prior?.count ?? 0) + e.count,
+      message_ids: JSON.stringify(ids),
+      attempts: e.attempts,
+      sender: e.sender ?? prior?.sender ?? null,
+    };
+    if (e.at - row.last_sent_at >= this.#windowMs) this.#fallDue(row, e.at);
+    else this.#save(row);
+  }
+
+  /** Alerts whose window has passed with a count waiting fall due at `now`. */
+  async flushDue(now: number): Promise<void> {
+    const rows = await this.#tx.q<AlertRow>('dueAlerts', [now - this.#windowMs]);
+    const byKey = new Map(rows.map((r) => [keyOf(r.recipient, r.reason), r]));
+    // what this transaction changed wins over what the table says
+    for (const [k, r] of this.#rows) {
+      if (r !== null && r.count > 0 && r.last_sent_at <= now - this.#windowMs) byKey.set(k, r);
+      else byKey.delete(k);
+    }
+    for (const r of byKey.values()) this.#fallDue(r, now);
+  }
+
+  takeDue(): DueAlert[] {
+    return this.#due.splice(0);
+  }
+
+  /** The changed rows, written back in one statement. */
+  async save(): Promise<void> {
+    if (this.#changed.size === 0) return;
+    const rows = [...this.#changed].map((k) => this.#rows.get(k)!);
+    await this.#tx.q('saveAlerts', [
+      rows.map((r) => r.recipient),
+      rows.map((r) => r.reason),
+      rows.map((r) => r.kind),
+      rows.map((r) => r.last_sent_at),
+      rows.map((r) => r.count),
+      rows.map((r) => r.message_ids),
+      rows.map((r) => r.attempts),
+      rows.map((r) => r.sender),
+    ]);
+    this.#changed.clear();
+  }
+
+  #fallDue(a: AlertRow, now: number): void {
+    this.#save({ ...a, last_sent_at: now, count: 0, message_ids: '[]', attempts: 0 });
+    const message_ids = JSON.parse(a.message_ids) as string[];
+    const kind = a.kind as SentAlert['kind'];
+    this.#due.push(
+      kind === 'alert/budget'
+        ? {
+            kind,
+            payload: {
+              reason: a.reason as BudgetReason,
+              thread_id: a.recipient,
+              sender: a.sender ?? '',
+              count: a.count,
+              message_ids,
+            },
+            at: now,
+          }
+        : {
+            kind,
+            payload: {
+              reason: a.reason,
+              recipient: a.recipient,
+              count: a.count,
+              message_ids,
+              attempts: a.attempts,
+            },
+            at: now,
+          },
+    );
+    this.#stats.alerts++;
+  }
+
+  #save(a: AlertRow): void {
+    const k = keyOf(a.recipient, a.reason);
+    this.#rows.set(k, a);
+    this.#changed.add(k);
+    this.#tx.fx.timingChanged = true;
+  }
+}

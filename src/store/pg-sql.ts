@@ -1,0 +1,389 @@
+/**
+ * Every SQL string of the PostgreSQL store, in one reviewable place: the numbered migrations
+ * first, then the statements the store runs (prepared once per connection, by name). Times are
+ * bigint ms since the epoch, as in SQLite; bigint columns are read as JS numbers (every value
+ * here is below 2^53).
+ */
+
+/** pg_advisory_lock keys (the two-int form: this program's namespace, then the lock). */
+export const LOCK_NS = 0x61677700; // 'agw\0'
+export const LOCK_MIGRATE = 1;
+/** Held by the short transaction that folds alert events into alert_state and writes alerts. */
+export const LOCK_ALERTS = 2;
+/** Per thread (hashtext of its id): its reply budget, counted by one transaction at a time. */
+export const LOCK_THREAD_NS = 0x61677701;
+
+/** The channel the store announces its commits on, for the other replicas (LISTEN). */
+export const WAKE_CHANNEL = 'agw_wake';
+
+/**
+ * Migration N brings the schema from version N-1 to N (agw_schema.version). Never edit a
+ * migration that has shipped: add the next one.
+ */
+export const PG_MIGRATIONS: readonly string[] = [
+  // 1: the whole schema of SQLite's migrations 1-4, plus what replicas need in rows rather than
+  // in one process's memory: the queue depths and each sender's stored bytes (agents), and the
+  // alert events raised by groups, folded into alert_state by one transaction at a time.
+  `
+  -- The per-channel counter: UPDATE ... RETURNING under the row lock held to COMMIT, so no
+  -- gap and commit order = sequence order. Never an identity or serial column.
+  CREATE TABLE channels (
+    name     text PRIMARY KEY,
+    last_seq bigint NOT NULL DEFAULT 0
+  );
+
+  -- One row per agent: the per-recipient lock row (leases, acks, enqueues of one agent are
+  -- serialized by it), the queue depths the bounds read, and the stored bytes of its messages
+  -- as a sender (NULL: it never sent one), changed under that row's lock only.
+  CREATE TABLE agents (
+    id           text PRIMARY KEY,
+    last_seen    bigint,
+    depth        integer NOT NULL DEFAULT 0,
+    critical     integer NOT NULL DEFAULT 0,
+    stored_bytes bigint
+  );
+
+  CREATE TABLE messages (
+    id              bigserial PRIMARY KEY,
+    message_id      text     NOT NULL,
+    channel         text     NOT NULL,
+    seq             bigint   NOT NULL,
+    sender          text     NOT NULL,
+    idempotency_key text     NOT NULL,
+    fingerprint     bytea    NOT NULL,
+    kind            text     NOT NULL,
+    priority        smallint NOT NULL,
+    received_at     bigint   NOT NULL,
+    body            text     NOT NULL,
+    checksum        bigint   NOT NULL, -- CRC-32 of body, checked at every read
+    size            bigint   NOT NULL, -- what it counts against its sender's share
+    thread_id       text,              -- NULL: it started its own thread
+    hop             integer  NOT NULL DEFAULT 0
+  );
+  -- Stored as written, not compressed: the size bound counts what the database holds, and
+  -- every read checks the checksum of the whole body anyway.
+  ALTER TABLE messages ALTER COLUMN body SET STORAGE EXTERNAL;
+  CREATE UNIQUE INDEX messages_by_channel_seq ON messages (channel, seq);
+  CREATE UNIQUE INDEX messages_by_sender_key ON messages (sender, idempotency_key);
+  CREATE INDEX messages_by_received_at ON messages (received_at);
+  CREATE INDEX messages_by_thread ON messages (thread_id, id) WHERE thread_id IS NOT NULL;
+
+  -- state: 0 pending, 1 leased, 2 acked, 3 dead-lettered (store.ts DeliveryState)
+  CREATE TABLE deliveries (
+    id               bigserial PRIMARY KEY,
+    message          bigint   NOT NULL,
+    recipient        text     NOT NULL,
+    channel          text     NOT NULL,
+    priority         smallint NOT NULL,
+    state            smallint NOT NULL DEFAULT 0,
+    attempt          integer  NOT NULL DEFAULT 0,
+    available_at     bigint   NOT NULL,
+    lease_expires_at bigint
+  );
+  CREATE INDEX deliveries_by_message ON deliveries (message);
+  CREATE INDEX deliveries_leased ON deliveries (lease_expires_at) WHERE state = 1;
+  CREATE INDEX deliveries_waiting ON deliveries (available_at) WHERE state = 0;
+  CREATE INDEX deliveries_lanes ON deliveries (recipient, channel, id) WHERE state IN (0, 1);
+  CREATE INDEX deliveries_critical ON deliveries (recipient, channel) WHERE state = 0 AND priority = 1;
+  CREATE INDEX deliveries_oldest_normal ON deliveries (recipient, id) WHERE state = 0 AND priority = 0;
+
+  CREATE TABLE dead_letters (
+    id              bigserial PRIMARY KEY,
+    delivery        bigint  NOT NULL,
+    message         bigint  NOT NULL,
+    recipient       text    NOT NULL,
+    reason          text    NOT NULL,
+    attempts        integer NOT NULL,
+    created_at      bigint  NOT NULL,
+    replay_delivery bigint,
+    note            text
+  );
+  CREATE INDEX dead_letters_by_message ON dead_letters (message);
+  CREATE INDEX dead_letters_by_delivery ON dead_letters (delivery);
+
+  CREATE TABLE threads (
+    thread_id text    PRIMARY KEY,
+    count     integer NOT NULL,
+    last_at   bigint  NOT NULL
+  );
+
+  CREATE TABLE alert_state (
+    recipient    text    NOT NULL,
+    reason       text    NOT NULL,
+    kind         text    NOT NULL,
+    last_sent_at bigint  NOT NULL DEFAULT 0,
+    count        integer NOT NULL DEFAULT 0,
+    message_ids  text    NOT NULL DEFAULT '[]',
+    attempts     integer NOT NULL DEFAULT 0,
+    sender       text,
+    PRIMARY KEY (recipient, reason)
+  );
+
+  -- Append-only: a group that raises an alert inserts a row (no lock shared between
+  -- transactions); the alerts transaction folds them into alert_state, in id order.
+  CREATE TABLE alert_events (
+    id         bigserial PRIMARY KEY,
+    recipient  text    NOT NULL,
+    reason     text    NOT NULL,
+    message_id text,
+    attempts   integer NOT NULL,
+    at         bigint  NOT NULL,
+    count      integer NOT NULL,
+    sender     text
+  );
+  `,
+];
+
+/** Delivery columns most statements read. */
+const DELIVERY_ROW = 'id, message, recipient, state, attempt, priority, lease_expires_at';
+
+export const PG_SQL = {
+  // schema
+  createSchemaTable: 'CREATE TABLE IF NOT EXISTS agw_schema (version integer NOT NULL)',
+  schemaVersion: 'SELECT max(version) AS version FROM agw_schema',
+  setSchemaVersion: 'INSERT INTO agw_schema (version) VALUES ($1)',
+  migrateLock: `SELECT pg_advisory_lock(${LOCK_NS}, ${LOCK_MIGRATE})`,
+  migrateUnlock: `SELECT pg_advisory_unlock(${LOCK_NS}, ${LOCK_MIGRATE})`,
+  databaseSize: 'SELECT pg_database_size(current_database()) AS size',
+
+  ensureChannels: `
+    INSERT INTO channels (name) SELECT n FROM unnest($1::text[]) n ORDER BY n
+    ON CONFLICT (name) DO NOTHING`,
+
+  // the locks a group takes first, in this order (docs/design/postgres.md)
+  /** The counters, locked to COMMIT: numbers are given in memory and written back by finish. */
+  lockChannels: `
+    SELECT name, last_seq FROM channels WHERE name = ANY($1::text[]) ORDER BY name FOR UPDATE`,
+  ensureAgents: `
+    INSERT INTO agents (id) SELECT a FROM unnest($1::text[]) a ORDER BY a
+    ON CONFLICT (id) DO NOTHING`,
+  lockAgents: `
+    SELECT id, depth, critical, stored_bytes FROM agents WHERE id = ANY($1::text[])
+    ORDER BY id FOR UPDATE`,
+  lockAgentsSkip: `
+    SELECT id, depth, critical, stored_bytes FROM agents WHERE id = ANY($1::text[])
+    ORDER BY id FOR UPDATE SKIP LOCKED`,
+  lockThreads: `
+    SELECT pg_advisory_xact_lock(${LOCK_THREAD_NS}, k)
+    FROM (SELECT DISTINCT hashtext(t) AS k FROM unnest($1::text[]) t ORDER BY k) s`,
+  lockAlerts: `SELECT pg_advisory_xact_lock(${LOCK_NS}, ${LOCK_ALERTS})`,
+
+  /**
+   * The end of every transaction, one round trip: the agents rows it changed (depths, stored
+   * bytes, last_seen), the alert events it raised, and its announcement to the other replicas
+   * (delivered at COMMIT; NULL: none).
+   */
+  finish: `
+    WITH a AS (
+      UPDATE agents g SET depth = u.depth, critical = u.critical,
+        stored_bytes = u.bytes, last_seen = coalesce(u.seen, g.last_seen)
+      FROM unnest($1::text[], $2::int[], $3::int[], $4::bigint[], $5::bigint[])
+        AS u(id, depth, critical, bytes, seen)
+      WHERE g.id = u.id
+    ), c AS (
+      UPDATE channels ch SET last_seq = u.last
+      FROM unnest($14::text[], $15::bigint[]) AS u(name, last) WHERE ch.name = u.name
+    ), e AS (
+      INSERT INTO alert_events (recipient, reason, message_id, attempts, at, count, sender)
+      SELECT * FROM unnest($6::text[], $7::text[], $8::text[], $9::int[], $10::bigint[],
+                           $11::int[], $12::text[])
+    )
+    SELECT CASE WHEN $13::text IS NULL THEN NULL ELSE pg_notify('${WAKE_CHANNEL}', $13::text) END`,
+
+  /**
+   * The stored messages of these (sender, key) pairs, read once the senders' rows are locked:
+   * no other transaction can store a key of theirs before this one commits.
+   */
+  findKeys: `
+    SELECT sender, idempotency_key, message_id, channel, seq, received_at, fingerprint,
+           coalesce(thread_id, message_id) AS thread_id, hop
+    FROM messages
+    WHERE (sender, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+  findByKey: 'SELECT 1 FROM messages WHERE sender = $1 AND idempotency_key = $2',
+  /** A message and its deliveries (pending or, for a queue_full copy, dead), one statement. */
+  insertMessage: `
+    WITH m AS (
+      INSERT INTO messages
+        (message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
+         received_at, body, checksum, size, thread_id, hop)
+      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+      RETURNING id
+    ), d AS (
+      INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
+      SELECT m.id, r.recipient, $2, $8, r.state, $9
+      FROM m, unnest($15::text[], $16::smallint[]) WITH ORDINALITY AS r(recipient, state, n)
+      ORDER BY r.n
+      RETURNING id, recipient
+    )
+    SELECT (SELECT id FROM m) AS id, coalesce(json_agg(json_build_array(d.recipient, d.id)), '[]') AS deliveries
+    FROM d`,
+  insertDelivery: `
+    INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
+    VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+
+  // reads
+  channelMessages: `
+    SELECT id, seq, body, checksum FROM messages
+    WHERE channel = $1 AND seq > $2 AND id <> ALL($3::bigint[]) ORDER BY seq LIMIT $4`,
+  pageDeliveries: `
+    SELECT m.message_id, d.state
+    FROM (SELECT id, message_id FROM messages
+          WHERE channel = $1 AND seq > $2 AND id <> ALL($3::bigint[]) ORDER BY seq LIMIT $4) m
+    JOIN deliveries d ON d.message = m.id
+    WHERE d.recipient = $5 ORDER BY d.id`,
+  messageBodies: 'SELECT id, body, checksum FROM messages WHERE id = ANY($1::bigint[])',
+  messageWhere: 'SELECT id, message_id, channel FROM messages WHERE id = ANY($1::bigint[])',
+  messageById: `
+    SELECT id, body, checksum, sender FROM messages WHERE received_at = $1 AND message_id = $2`,
+  recipients: `
+    SELECT d.recipient, d.state, d.attempt, dl.reason, dl.note
+    FROM deliveries d LEFT JOIN dead_letters dl ON dl.delivery = d.id
+    WHERE d.message = $1 ORDER BY d.id, dl.id`,
+  deadLetters: `
+    SELECT dl.id, dl.reason, dl.note, dl.attempts, dl.recipient, dl.created_at, dl.replay_delivery,
+           m.id AS message, m.body, m.checksum
+    FROM dead_letters dl JOIN messages m ON m.id = dl.message
+    WHERE dl.id > $1 ORDER BY dl.id LIMIT $2`,
+  agents: 'SELECT id, last_seen, depth, critical FROM agents WHERE id = ANY($1::text[])',
+  depth: 'SELECT depth, critical FROM agents WHERE id = $1',
+  senders: 'SELECT id, stored_bytes FROM agents WHERE stored_bytes IS NOT NULL',
+  /** What the size bound counts: every sender's stored messages (storage-budget.ts sizes). */
+  storedBytes: 'SELECT coalesce(sum(stored_bytes), 0)::bigint AS used FROM agents',
+  oldestPendingAt: `
+    SELECT available_at FROM deliveries WHERE id = least(
+      (SELECT id FROM deliveries WHERE recipient = $1 AND state = 0 AND priority = 0
+       ORDER BY id LIMIT 1),
+      (SELECT min(id) FROM deliveries WHERE recipient = $1 AND state = 0 AND priority = 1))`,
+  nextDue: `
+    SELECT least(
+      (SELECT min(lease_expires_at) FROM deliveries WHERE state = 1),
+      (SELECT min(available_at) FROM deliveries WHERE state = 0 AND available_at > $1),
+      (SELECT min(last_sent_at) + $2 FROM alert_state WHERE count > 0),
+      (SELECT min(at) FROM alert_events)) AS due`,
+
+  // deliveries
+  oldestNormalPending: `
+    SELECT ${DELIVERY_ROW} FROM deliveries
+    WHERE recipient = $1 AND state = 0 AND priority = 0 ORDER BY id LIMIT 1`,
+  /**
+   * The lanes of one agent whose first open delivery is ready, critical lanes first, then by
+   * their head (SQLite's readyLanes), each with up to $3 of its open deliveries from the head
+   * on: the caller serves each lane up to its first delivery that is not ready.
+   */
+  readyLanes: `
+    WITH h AS (
+      SELECT channel, min(id) AS head FROM deliveries
+      WHERE recipient = $1 AND state IN (0, 1) GROUP BY channel
+    ), r AS (
+      SELECT h.channel, h.head,
+        EXISTS (SELECT 1 FROM deliveries c WHERE c.recipient = $1 AND c.channel = h.channel
+                AND c.state = 0 AND c.priority = 1) AS critical
+      FROM h JOIN deliveries d ON d.id = h.head
+      WHERE d.state = 0 AND d.available_at <= $2
+    )
+    SELECT r.channel, r.critical, r.head, l.id, l.message, l.state, l.available_at
+    FROM r CROSS JOIN LATERAL (
+      SELECT id, message, state, available_at FROM deliveries
+      WHERE recipient = $1 AND channel = r.channel AND state IN (0, 1) AND id >= r.head
+      ORDER BY id LIMIT $3) l
+    ORDER BY r.critical DESC, r.head, l.id`,
+  lease: `
+    UPDATE deliveries SET state = 1, attempt = attempt + 1, lease_expires_at = $1
+    WHERE id = ANY($2::bigint[]) RETURNING id, attempt`,
+  deliveries: `SELECT ${DELIVERY_ROW} FROM deliveries WHERE id = ANY($1::bigint[])`,
+  extendLeases: 'UPDATE deliveries SET lease_expires_at = $1 WHERE id = ANY($2::bigint[])',
+  ackAll: `
+    UPDATE deliveries SET state = 2, lease_expires_at = NULL WHERE id = ANY($1::bigint[])`,
+  retryLater: `
+    UPDATE deliveries d SET state = 0, available_at = u.at, lease_expires_at = NULL
+    FROM unnest($1::bigint[], $2::bigint[]) AS u(id, at) WHERE d.id = u.id`,
+  /** A dead letter: the delivery's state (if still open), its row, and what its alert names. */
+  deadLetter: `
+    WITH s AS (
+      UPDATE deliveries SET state = 3, lease_expires_at = NULL WHERE id = $1 AND $8
+    ), dl AS (
+      INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at, note)
+      VALUES ($1, $2, $3, $4, $5, $6, $7)
+    )
+    SELECT kind, message_id FROM messages WHERE id = $2`,
+  expiredLeases: `
+    SELECT id, recipient FROM deliveries
+    WHERE state = 1 AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2`,
+  /** The candidates again, under their agents' locks: still leased and expired. */
+  expiredLocked: `
+    SELECT ${DELIVERY_ROW} FROM deliveries
+    WHERE id = ANY($1::bigint[]) AND recipient = ANY($2::text[]) AND state = 1
+      AND lease_expires_at <= $3
+    ORDER BY lease_expires_at, id`,
+  deadLetterOne: `
+    SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
+           m.channel
+    FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = $1`,
+  deadLetterLocked: `
+    SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
+           m.channel
+    FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = $1
+    FOR UPDATE OF dl`,
+  markReplayed: 'UPDATE dead_letters SET replay_delivery = $1 WHERE id = $2',
+
+  // threads
+  replyById: `
+    SELECT id, message_id, channel, sender, coalesce(thread_id, message_id) AS thread_id, hop
+    FROM messages WHERE received_at = $1 AND message_id = $2`,
+  replyBySeq: `
+    SELECT id, message_id, channel, sender, coalesce(thread_id, message_id) AS thread_id, hop
+    FROM messages WHERE channel = $1 AND seq = $2`,
+  hadDelivery: 'SELECT 1 FROM deliveries WHERE message = $1 AND recipient = $2 LIMIT 1',
+  threadCount: 'SELECT count FROM threads WHERE thread_id = $1',
+  countThread: `
+    INSERT INTO threads (thread_id, count, last_at) VALUES ($1, $2, $3)
+    ON CONFLICT (thread_id) DO UPDATE SET count = excluded.count, last_at = excluded.last_at`,
+  threadRoot: `
+    SELECT id, body, checksum FROM messages
+    WHERE received_at = $1 AND message_id = $2 AND thread_id IS NULL AND id > $3`,
+  threadReplies: `
+    SELECT id, body, checksum FROM messages WHERE thread_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
+  pruneThreads: `
+    DELETE FROM threads WHERE thread_id IN
+      (SELECT thread_id FROM threads WHERE last_at < $1 LIMIT $2)`,
+
+  // alerts
+  takeEvents: `
+    DELETE FROM alert_events
+    RETURNING id, recipient, reason, message_id, attempts, at, count, sender`,
+  alertStates: `
+    SELECT recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender
+    FROM alert_state
+    WHERE (recipient, reason) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+  dueAlerts: `
+    SELECT recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender
+    FROM alert_state WHERE count > 0 AND last_sent_at <= $1`,
+  saveAlerts: `
+    INSERT INTO alert_state
+      (recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::int[],
+                         $6::text[], $7::int[], $8::text[])
+    ON CONFLICT (recipient, reason) DO UPDATE SET
+      kind = excluded.kind, last_sent_at = excluded.last_sent_at, count = excluded.count,
+      message_ids = excluded.message_ids, attempts = excluded.attempts, sender = excluded.sender`,
+
+  // retention
+  prunable: `
+    SELECT m.id, m.sender FROM messages m
+    WHERE m.received_at < $1 AND m.kind <> ALL($2::text[])
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message = m.id AND d.state IN (0, 1))
+    ORDER BY m.received_at LIMIT $3`,
+  /** A replay of one of their dead letters waits for this, or this for it (then re-checked). */
+  lockPrunableDeadLetters: `
+    SELECT id FROM dead_letters WHERE message = ANY($1::bigint[]) ORDER BY id FOR UPDATE`,
+  prunableLocked: `
+    SELECT m.id, m.sender, m.size FROM messages m
+    WHERE m.id = ANY($1::bigint[])
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message = m.id AND d.state IN (0, 1))`,
+  pruneMessages: `
+    WITH dl AS (DELETE FROM dead_letters WHERE message = ANY($1::bigint[])),
+         d AS (DELETE FROM deliveries WHERE message = ANY($1::bigint[]))
+    DELETE FROM messages WHERE id = ANY($1::bigint[])`,
+} as const;
+
+export type PgStatement = keyof typeof PG_SQL;

@@ -1,0 +1,1164 @@
+/**
+ * The PostgreSQL store: the Store of store.ts on one database that any number of adapters
+ * (replicas) share, every guarantee of the SQLite store kept across them
+ * (docs/design/postgres.md). A group of operations runs in one transaction that first locks,
+ * in one fixed order, the channels it appends to, then the agents rows it touches, then the
+ * threads whose budgets it counts; sweeps, pruning and the alerts that fell due run in short
+ * transactions of their own right after it, inside the same commit(). The SQL is in pg-sql.ts.
+ */
+import { randomUUID } from 'node:crypto';
+import { crc32 } from 'node:zlib';
+import pg from 'pg';
+import { ADAPTER_SENDER } from '../protocol/envelope.js';
+import { GatewayError, isGatewayError } from '../protocol/errors.js';
+import { uuidv7, uuidv7Time } from '../protocol/ids.js';
+import { PAGE_ITEM_OVERHEAD } from '../protocol/limits.js';
+import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
+import { DELIVERY_FIELDS_BYTES } from './page-bytes.js';
+import { AlertFold } from './pg-alerts.js';
+import { type DeliveryRow, PgDeliveries } from './pg-deliveries.js';
+import { PG_MIGRATIONS, PG_SQL, type PgStatement } from './pg-sql.js';
+import { PgThreads } from './pg-threads.js';
+import { type AlertEvent, keyOf, Tx } from './pg-tx.js';
+import { type PgForeignEffects, PgWake, wakePayload } from './pg-wake.js';
+import type { DueAlert } from './sqlite-alerts.js';
+import { CommitEffectsLog } from './sqlite-effects.js';
+import { withThreadFields } from './sqlite-threads.js';
+import { messageSize, STORAGE_FULL_RETRY_AFTER_S } from './storage-budget.js';
+import {
+  type AgentState,
+  type AppendOutcome,
+  type Committed,
+  DEFAULT_BUDGETS,
+  DEFAULT_DELIVERY,
+  DEFAULT_STORAGE,
+  type DeliveryConfig,
+  type DeliveryJson,
+  DeliveryState,
+  type DeliveryStateName,
+  type DeliveryStats,
+  type MessageDraft,
+  type MessageStatus,
+  type OpResults,
+  type Settled,
+  StorageFailure,
+  type StorageLimits,
+  type StorageUse,
+  type Store,
+  type StoreOp,
+  type ThreadBudgets,
+  type ThreadPage,
+} from './store.js';
+import { assignment, HEAD_BYTES, messageJson, rejected } from './stored-message.js';
+
+export interface PgStoreOptions {
+  /** full (default): a commit that writes a message waits for its WAL flush; normal: none do. */
+  readonly sync?: 'full' | 'normal';
+  /** Bounds, leases, retries and the alert recipient; defaults fit tests of the write path. */
+  readonly delivery?: Partial<DeliveryConfig>;
+  /** Bounds on what the store holds (reserveBytes is not checked here: the docs say why). */
+  readonly storage?: Partial<StorageLimits>;
+  /** Hop and thread budgets; DEFAULT_BUDGETS for what is left out. */
+  readonly budgets?: Partial<ThreadBudgets>;
+  /** How often a parked poll looks again by itself, ms. Default 1,000. */
+  readonly safetyPollMs?: number;
+  /** Connections of the read pool. Default 4. */
+  readonly readConnections?: number;
+}
+
+interface BodyRow {
+  id: number;
+  body: string;
+  checksum: number;
+}
+
+interface ChannelRow extends BodyRow {
+  seq: number;
+}
+
+interface DeadRow extends BodyRow {
+  reason: string;
+  note: string | null;
+  attempts: number;
+  recipient: string;
+  created_at: number;
+  replay_delivery: number | null;
+  message: number;
+}
+
+interface DeadOne {
+  id: number;
+  channel: string;
+  message: number;
+  recipient: string;
+  replay_delivery: number | null;
+  priority: number;
+  message_id: string;
+}
+
+interface RecipientRow {
+  recipient: string;
+  state: number;
+  attempt: number;
+  reason: string | null;
+  note: string | null;
+}
+
+const STATE_NAME = {
+  [DeliveryState.pending]: 'pending',
+  [DeliveryState.leased]: 'leased',
+  [DeliveryState.acked]: 'acked',
+  [DeliveryState.deadLetter]: 'dead_letter',
+} as const;
+
+/** Expired leases handled per sweep transaction. */
+const SWEEP_CHUNK = 500;
+/** Tries of a group that lost a race (serialization, deadlock, a unique key) before it fails. */
+const MAX_TRIES = 5;
+const RETRIED = new Set(['40001', '40P01', '23505']);
+/** The sum of stored bytes is read again after this long, ms, or when near the bound. */
+const USED_EVERY_MS = 1000;
+
+/** bigint (int8) columns as numbers: every id, time and size here is below 2^53. */
+const TYPES = {
+  getTypeParser: (oid: number, format?: string) =>
+    oid === 20
+      ? (v: string) => Number(v)
+      : (pg.types.getTypeParser as (oid: number, format?: string) => unknown)(oid, format),
+};
+
+export async function openPgStore(url: string, opts: PgStoreOptions = {}): Promise<PgStore> {
+  const store = new PgStore(url, opts);
+  try {
+    await store.open();
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  return store;
+}
+
+export class PgStore implements Store {
+  readonly stats: DeliveryStats = {
+    enqueued: 0,
+    handedOut: 0,
+    redelivered: 0,
+    acked: 0,
+    deadLetters: {
+      lease_expired: 0,
+      nacked: 0,
+      rejected: 0,
+      evicted: 0,
+      queue_full: 0,
+      integrity: 0,
+    },
+    alerts: 0,
+  };
+  readonly safetyPollMs: number;
+  /** This store's id in the announcements it makes (its own are not told back to it). */
+  readonly instance = randomUUID();
+  readonly #config: pg.ClientConfig;
+  readonly #pool: pg.Pool;
+  readonly #wake: PgWake;
+  /** The connection every commit runs on, one at a time; made again after it broke. */
+  #client: pg.Client | undefined;
+  #clientBroken = false;
+  #closed = false;
+  readonly #messageSync: 'full' | 'normal';
+  readonly #cfg: Required<DeliveryConfig>;
+  readonly #alertsTo: string;
+  readonly #deliveries: PgDeliveries;
+  readonly #threads: PgThreads;
+  readonly #limits: StorageLimits;
+  /** Agents rows known to exist (rows are never deleted): no INSERT before locking them. */
+  readonly #known = new Set<string>();
+  /** Message rows known to fail their checksum (found by any read since open). */
+  readonly #corrupt = new Set<number>();
+  #corruptIds: number[] = [];
+  /** Of those, the ones no alert has told yet (the next lease or sweep does). */
+  #unreported = new Set<number>();
+  /** The size bound's count: the sum as last read, and what this store committed since. */
+  #usedBase = 0;
+  #usedAdded = 0;
+  #usedAt = Number.NEGATIVE_INFINITY;
+
+  constructor(url: string, opts: PgStoreOptions) {
+    this.#config = { connectionString: url, types: TYPES as pg.ClientConfig['types'] };
+    this.#messageSync = opts.sync ?? 'full';
+    this.safetyPollMs = opts.safetyPollMs ?? 1000;
+    this.#cfg = {
+      ...DEFAULT_DELIVERY,
+      alertWindowMs: 30_000,
+      random: Math.random,
+      alertsTo: '',
+      ...opts.delivery,
+    };
+    this.#alertsTo = this.#cfg.alertsTo;
+    this.#deliveries = new PgDeliveries(this.#cfg, this.stats);
+    this.#threads = new PgThreads({ ...DEFAULT_BUDGETS, ...opts.budgets }, this.#alertsTo);
+    this.#limits = { ...DEFAULT_STORAGE, ...opts.storage };
+    this.#pool = new pg.Pool({
+      ...this.#config,
+      max: opts.readConnections ?? 4,
+      idleTimeoutMillis: 30_000,
+      application_name: 'agw-read',
+    });
+    this.#pool.on('error', () => undefined); // an idle client's loss: the next read reconnects
+    this.#wake = new PgWake(this.#config, this.instance);
+  }
+
+  /** Connects, migrates (once across replicas starting together), listens. */
+  async open(): Promise<void> {
+    const c = await this.#commitClient();
+    await migrate(c);
+    if (this.#alertsTo !== '') await this.ensureChannels([`@${this.#alertsTo}`]);
+    await this.#wake.start();
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // commit
+
+  /**
+   * The caller runs one commit at a time; should two come at once anyway, the second waits
+   * (they share the commit connection, so they could not interleave).
+   */
+  commit(ops: readonly StoreOp[]): Promise<Committed> {
+    const run = this.#commitChain.then(() => this.#commit(ops));
+    this.#commitChain = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
+  }
+
+  #commitChain: Promise<void> = Promise.resolve();
+
+  async #commit(ops: readonly StoreOp[]): Promise<Committed> {
+    if (this.#closed) throw new StorageFailure('the PostgreSQL store is closed');
+    const results: Settled[] = new Array(ops.length);
+    const fx = new CommitEffectsLog();
+    const main = ops.flatMap((op, i) => (op.op === 'sweep' || op.op === 'prune' ? [] : [i]));
+    let raised = false;
+    if (main.length > 0) {
+      const tx = await this.#transaction(async (tx) => {
+        await this.#lockGroup(
+          tx,
+          main.map((i) => ops[i]!),
+        );
+        for (const i of main) results[i] = await this.#settle(tx, ops[i]!);
+      });
+      merge(fx, tx);
+      raised = tx.events.length > 0;
+    }
+    // Sweeps and pruning in transactions of their own. Once the group above committed, their
+    // failure fails nothing of it: what they left is done by the next sweep or pass.
+    let flushAt: number | undefined;
+    const soft = main.length > 0;
+    for (const [i, op] of ops.entries()) {
+      if (op.op === 'sweep') {
+        flushAt = Math.max(flushAt ?? op.now, op.now);
+        results[i] = { ok: undefined };
+        const swept = await this.#followUp(soft, fx, () => this.#sweep(op.now, fx));
+        raised ||= swept === true;
+      } else if (op.op === 'prune') {
+        const n = await this.#followUp(soft, fx, () => this.#prune(op.before, op.keep, op.limit));
+        results[i] = { ok: n ?? 0 };
+      }
+    }
+    if (raised || flushAt !== undefined) {
+      await this.#followUp(soft || flushAt === undefined, fx, () => this.#foldAlerts(fx, flushAt));
+    }
+    return { results, effects: fx.take() };
+  }
+
+  /** A follow-up transaction; with `soft`, its failure is left for the next sweep to redo. */
+  async #followUp<T>(
+    soft: boolean,
+    fx: CommitEffectsLog,
+    run: () => Promise<T>,
+  ): Promise<T | undefined> {
+    try {
+      return await run();
+    } catch (err) {
+      if (!soft) throw err;
+      fx.timingChanged = true; // the due timer looks again
+      return undefined;
+    }
+  }
+
+  /**
+   * Runs `body` in a transaction on the commit connection: BEGIN, body, the agents rows and
+   * alert events and announcement (Tx.finish), COMMIT. A race lost to another replica
+   * (serialization failure, deadlock, a unique key taken) is tried again whole, from a fresh
+   * Tx, with the counters of memory as they were; a failure of the storage itself is a
+   * StorageFailure.
+   */
+  async #transaction(body: (tx: Tx) => Promise<void>): Promise<Tx> {
+    for (let attempt = 1; ; attempt++) {
+      const counted = { ...this.stats, deadLetters: { ...this.stats.deadLetters } };
+      const unreported = new Set(this.#unreported);
+      const client = await this.#commitClient();
+      const tx = new Tx(client);
+      try {
+        await client.query('BEGIN');
+        await body(tx);
+        await tx.finish(wakePayload(this.instance, tx.fx.woken, tx.fx.timingChanged));
+        // A transaction that wrote a message waits for its WAL flush (and a synchronous
+        // standby's) at AGW_SYNC=full; the others do not, and the next one that does flushes
+        // theirs too (docs/design/durability.md).
+        const durable = this.#messageSync === 'full' && tx.wroteMessage;
+        await client.query(durable ? 'COMMIT' : 'SET LOCAL synchronous_commit = off; COMMIT');
+        for (const id of tx.created) this.#known.add(id);
+        this.#usedAdded += tx.addedBytes;
+        return tx;
+      } catch (err) {
+        Object.assign(this.stats, counted);
+        this.#unreported = unreported;
+        await client.query('ROLLBACK').catch(() => {
+          this.#clientBroken = true;
+        });
+        if (isConnectionLoss(err)) this.#clientBroken = true;
+        const code = (err as { code?: unknown }).code;
+        if (typeof code === 'string' && RETRIED.has(code) && attempt < MAX_TRIES) continue;
+        throw storageFailureOf(err) ?? err;
+      }
+    }
+  }
+
+  async #commitClient(): Promise<pg.Client> {
+    if (this.#client !== undefined && !this.#clientBroken) return this.#client;
+    const old = this.#client;
+    this.#client = undefined;
+    if (old !== undefined) await old.end().catch(() => undefined);
+    const c = new pg.Client({ ...this.#config, application_name: 'agw-commit' });
+    c.on('error', () => {
+      this.#clientBroken = true;
+    });
+    try {
+      await c.connect();
+    } catch (err) {
+      await c.end().catch(() => undefined);
+      throw storageFailureOf(err) ?? err;
+    }
+    this.#client = c;
+    this.#clientBroken = false;
+    return c;
+  }
+
+  /**
+   * The locks of a group, in the one order every transaction of every replica takes them:
+   * its channels (sorted), then the agents rows it touches (sorted: recipients, senders, the
+   * agent of each lease, ack, nack, extension and heartbeat, the recipient of a dead letter to
+   * replay), then the threads its replies count in (sorted).
+   */
+  async #lockGroup(tx: Tx, ops: readonly StoreOp[]): Promise<void> {
+    const channels = new Set<string>();
+    const agents = new Set<string>();
+    const drafts: MessageDraft[] = [];
+    for (const op of ops) {
+      switch (op.op) {
+        case 'append':
+          for (const d of op.drafts) {
+            channels.add(d.channel);
+            agents.add(d.sender);
+            for (const r of d.recipients) agents.add(r);
+            if ((d.replyToId ?? null) !== null || d.replyTo !== null) drafts.push(d);
+          }
+          break;
+        case 'lease':
+        case 'ack':
+        case 'nack':
+        case 'extend':
+        case 'heartbeat':
+          agents.add(op.agent);
+          break;
+        case 'replay_dead_letter': {
+          // dead letters do not change but for replay_delivery: read before any lock
+          const dl = await tx.one<DeadOne>('deadLetterOne', [op.id]);
+          if (dl !== undefined) agents.add(dl.recipient);
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    await tx.lockChannels(channels);
+    await tx.lockAgents(agents, this.#known);
+    // every key of the group at once, now that its senders are locked
+    const keys = ops.flatMap((op) =>
+      op.op === 'append' ? op.drafts.map((d) => [d.sender, d.idempotencyKey] as const) : [],
+    );
+    await tx.loadKeys(keys);
+    if (drafts.length > 0) await tx.lockThreads((await this.#threads.threadsOf(tx, drafts)).sort());
+  }
+
+  /** An agents row this transaction did not lock up front (a rare race): locked now. */
+  async #lockLate(tx: Tx, ids: readonly string[]): Promise<void> {
+    if (ids.some((id) => !tx.agents.has(id))) await tx.lockAgents(ids, this.#known);
+  }
+
+  /** One operation; a GatewayError (thrown before it wrote anything) settles it alone. */
+  async #settle(tx: Tx, op: StoreOp): Promise<Settled> {
+    try {
+      return { ok: await this.#run(tx, op) };
+    } catch (err) {
+      if (isGatewayError(err)) return { err };
+      throw err;
+    }
+  }
+
+  async #run(tx: Tx, op: StoreOp): Promise<OpResults[StoreOp['op']]> {
+    switch (op.op) {
+      case 'append': {
+        const out: AppendOutcome[] = [];
+        for (const d of op.drafts) out.push(await this.#append(tx, d));
+        return out;
+      }
+      case 'lease':
+        return await this.#lease(tx, op.agent, op.max, op.now, op.maxBytes);
+      case 'ack':
+        return await this.#deliveries.ack(tx, op.agent, op.ids);
+      case 'nack':
+        return await this.#deliveries.nack(tx, op.agent, op.ids, op.now, op.retry, op.reason);
+      case 'extend':
+        return await this.#deliveries.extend(tx, op.agent, op.ids, op.extendMs, op.now);
+      case 'heartbeat': {
+        const a = tx.agent(op.agent);
+        a.seen = op.now;
+        a.dirty = true;
+        return { pending: a.depth, critical_pending: a.critical };
+      }
+      case 'replay_dead_letter':
+        return await this.#replayDeadLetter(tx, op.id, op.now);
+      case 'alert':
+        tx.raise(op.recipient, op.reason, op.messageId, 0, op.now, op.count);
+        return undefined;
+      case 'sweep':
+      case 'prune':
+        throw new Error(`${op.op} runs in a transaction of its own`);
+    }
+  }
+
+  async #append(tx: Tx, d: MessageDraft): Promise<AppendOutcome> {
+    // read under the sender's lock: a key another replica committed is seen here
+    if (!tx.looked(d.sender, d.idempotencyKey)) await tx.loadKeys([[d.sender, d.idempotencyKey]]);
+    const k = tx.keys.get(keyOf(d.sender, d.idempotencyKey));
+    if (k !== undefined) {
+      if (!k.fingerprint.equals(d.fingerprint)) {
+        return rejected(
+          new GatewayError(
+            'idempotency_conflict',
+            `idempotency_key ${d.idempotencyKey} was already used for a different message (${k.message_id})`,
+            { field: 'idempotency_key' },
+          ),
+        );
+      }
+      const a = assignment(k.message_id, k.channel, k.seq, k.received_at, d, k.thread_id, k.hop);
+      return { status: 200, assignment: a };
+    }
+    const counter = tx.seqs.get(d.channel);
+    if (counter === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
+    // the next number, taken only once the message is stored (a refusal takes none)
+    const seq = counter.last + 1;
+    const placed = await this.#threads.place(tx, d);
+    if (placed instanceof GatewayError) return rejected(placed);
+    if (d.sender !== ADAPTER_SENDER) {
+      const estimate = messageSize(
+        Buffer.byteLength(d.payloadJson) + HEAD_BYTES,
+        d.recipients.length,
+      );
+      const refused = await this.#admit(tx, d.sender, estimate);
+      if (refused !== undefined) {
+        tx.raise(d.sender, 'storage_full', undefined, 0, d.receivedAt);
+        return rejected(refused);
+      }
+    }
+    tx.wroteMessage = true;
+    counter.last = seq;
+    counter.moved = true;
+    const id = uuidv7(d.receivedAt);
+    const a = assignment(id, d.channel, seq, d.receivedAt, d, placed.threadId ?? id, placed.hop);
+    const body = messageJson(a, d, placed);
+    const size = messageSize(Buffer.byteLength(body), d.recipients.length);
+    const priority = d.priority === 'critical' ? 1 : 0;
+    const quiet = d.sender === ADAPTER_SENDER;
+    const states: DeliveryState[] = [];
+    for (const r of d.recipients) {
+      states.push(await this.#deliveries.admit(tx, r, id, priority, d.receivedAt, quiet));
+    }
+    const row = (await tx.one<{ id: number; deliveries: [string, number][] }>('insertMessage', [
+      id,
+      d.channel,
+      seq,
+      d.sender,
+      d.idempotencyKey,
+      d.fingerprint,
+      d.kind,
+      priority,
+      d.receivedAt,
+      body,
+      crc32(body),
+      size,
+      placed.threadId,
+      placed.hop,
+      d.recipients,
+      states,
+    ]))!;
+    tx.keys.set(keyOf(d.sender, d.idempotencyKey), {
+      message_id: id,
+      channel: d.channel,
+      seq,
+      received_at: d.receivedAt,
+      fingerprint: d.fingerprint,
+      thread_id: a.thread_id,
+      hop: a.hop,
+    });
+    await this.#threads.record(tx, placed, d.receivedAt);
+    const sender = tx.agent(d.sender);
+    sender.bytes = (sender.bytes ?? 0) + size;
+    sender.dirty = true;
+    tx.addedBytes += size;
+    const ids = new Map(row.deliveries.map(([r, dId]) => [r, dId]));
+    for (const [i, r] of d.recipients.entries()) {
+      const delivery = { id: ids.get(r)!, message: row.id, recipient: r, priority };
+      await this.#deliveries.settle(tx, delivery, states[i]!, d.receivedAt);
+    }
+    return { status: 201, assignment: a };
+  }
+
+  /**
+   * The refusal of a new message of `bytes` from `sender` past a storage bound (storage-
+   * budget.ts admit): the size bound counts every sender's stored messages, read at most once
+   * a second (and whenever near the bound) plus what this store committed since; the share,
+   * the sender's own row, locked. The volume's reserve is not visible from a client.
+   */
+  async #admit(tx: Tx, sender: string, bytes: number): Promise<GatewayError | undefined> {
+    const { maxBytes, senderShare } = this.#limits;
+    const margin = Math.max(1024 ** 2, maxBytes / 64);
+    const now = performance.now();
+    let used = this.#usedBase + this.#usedAdded + tx.addedBytes;
+    if (now - this.#usedAt >= USED_EVERY_MS || used + bytes > maxBytes - margin) {
+      const r = await tx.one<{ used: number }>('storedBytes');
+      this.#usedBase = r?.used ?? 0;
+      this.#usedAdded = 0;
+      this.#usedAt = now;
+      used = this.#usedBase + tx.addedBytes;
+    }
+    if (used + bytes > maxBytes) {
+      return full(
+        `the store uses ${mib(used)} of its ${mib(maxBytes)} (AGW_MAX_STORE_BYTES); new messages wait for retention to free space`,
+      );
+    }
+    const share = Math.floor(maxBytes * senderShare);
+    const mine = tx.agent(sender).bytes ?? 0;
+    if (mine + bytes > share) {
+      return full(
+        `${sender}'s stored messages use ${mib(mine)} of its share of ${mib(share)} (AGW_SENDER_SHARE_PERCENT of AGW_MAX_STORE_BYTES)`,
+      );
+    }
+    return undefined;
+  }
+
+  /**
+   * Hands out an agent's ready deliveries (its row locked: one replica at a time), checked
+   * against their checksums first; a corrupt one is quarantined (sqlite-store.ts #lease).
+   */
+  async #lease(
+    tx: Tx,
+    agent: string,
+    max: number,
+    now: number,
+    maxBytes = Number.POSITIVE_INFINITY,
+  ): Promise<DeliveryJson[]> {
+    await this.#reportFinds(tx, now);
+    for (;;) {
+      const ready = await this.#deliveries.ready(tx, agent, max, now);
+      if (ready.length === 0) return [];
+      const handed: { id: number; json: string }[] = [];
+      let quarantined = 0;
+      let bytes = 0;
+      let full = false;
+      for (let at = 0; at < ready.length && !full; at += 32) {
+        const chunk = ready.slice(at, at + 32);
+        const rows = await tx.q<BodyRow>('messageBodies', [chunk.map((r) => r.message)]);
+        const byId = new Map(rows.map((r) => [r.id, r]));
+        for (const r of chunk) {
+          const row = byId.get(r.message)!;
+          if (!this.#intact(row, false)) {
+            await this.#deliveries.quarantine(tx, r.id, now);
+            quarantined++;
+            continue;
+          }
+          const json = withThreadFields(row.body);
+          bytes += Buffer.byteLength(json) + DELIVERY_FIELDS_BYTES;
+          if (handed.length > 0 && bytes > maxBytes) {
+            full = true;
+            break;
+          }
+          handed.push({ id: r.id, json });
+        }
+      }
+      if (handed.length === 0 && quarantined > 0) continue;
+      const ids = handed.map((h) => h.id);
+      const attempts = await this.#deliveries.lease(tx, ids, now);
+      const expires = now + this.#deliveries.leaseMs;
+      return handed.map((h, i) => deliveryJson(h.id, attempts[i]!, expires, h.json));
+    }
+  }
+
+  /** Alerts about corrupt rows that reads found (sqlite-store.ts #reportFinds). */
+  async #reportFinds(tx: Tx, now: number): Promise<void> {
+    if (this.#unreported.size === 0) return;
+    const rows = await tx.q<{ id: number; message_id: string; channel: string }>('messageWhere', [
+      [...this.#unreported],
+    ]);
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    for (const id of this.#unreported) {
+      const m = byId.get(id);
+      if (m !== undefined) tx.raise(m.channel, 'checksum_mismatch', m.message_id, 0, now);
+    }
+    this.#unreported = new Set();
+  }
+
+  async #replayDeadLetter(
+    tx: Tx,
+    id: number,
+    now: number,
+  ): Promise<OpResults['replay_dead_letter']> {
+    const dl = await tx.one<DeadOne>('deadLetterLocked', [id]);
+    if (dl === undefined) return undefined;
+    if (dl.replay_delivery !== null) return { delivery_id: dl.replay_delivery, replayed: false };
+    await this.#lockLate(tx, [dl.recipient]);
+    const state = await this.#deliveries.admit(
+      tx,
+      dl.recipient,
+      dl.message_id,
+      dl.priority,
+      now,
+      false,
+    );
+    const { id: delivery } = (await tx.one<{ id: number }>('insertDelivery', [
+      dl.message,
+      dl.recipient,
+      dl.channel,
+      dl.priority,
+      state,
+      now,
+    ]))!;
+    const d = { id: delivery, message: dl.message, recipient: dl.recipient, priority: dl.priority };
+    await this.#deliveries.settle(tx, d, state, now);
+    await tx.q('markReplayed', [delivery, id]);
+    tx.wroteMessage = true;
+    return { delivery_id: delivery, replayed: true };
+  }
+
+  /**
+   * Expired leases become failed attempts, in transactions of up to SWEEP_CHUNK: candidates
+   * read unlocked, their agents locked with SKIP LOCKED (another replica sweeping one does
+   * it), each candidate checked again under the lock. Resolves whether it raised alerts.
+   */
+  async #sweep(now: number, fx: CommitEffectsLog): Promise<boolean> {
+    let raised = false;
+    let first = true;
+    for (;;) {
+      let more = false;
+      const tx = await this.#transaction(async (tx) => {
+        if (first) await this.#reportFinds(tx, now);
+        const found = await tx.q<{ id: number; recipient: string }>('expiredLeases', [
+          now,
+          SWEEP_CHUNK,
+        ]);
+        if (found.length === 0) return;
+        const locked = await tx.lockAgents(
+          found.map((r) => r.recipient),
+          this.#known,
+          true,
+        );
+        const rows = await tx.q<DeliveryRow>('expiredLocked', [
+          found.map((r) => r.id),
+          locked,
+          now,
+        ]);
+        const retries: [number, number][] = [];
+        for (const r of rows) {
+          await this.#deliveries.failAttempt(tx, r, 'lease_expired', now, retries);
+        }
+        await this.#deliveries.retryLater(tx, retries);
+        more = found.length === SWEEP_CHUNK && rows.length > 0;
+      });
+      first = false;
+      merge(fx, tx);
+      raised ||= tx.events.length > 0;
+      if (!more) return raised;
+    }
+  }
+
+  /**
+   * Old messages with their deliveries and dead letters, and the counts of threads quiet since
+   * `before`; the senders' rows locked with SKIP LOCKED (another replica pruning them does
+   * it), each message checked again under the lock of its dead letters (a replay waits).
+   */
+  async #prune(before: number, keep: readonly string[], limit: number): Promise<number> {
+    let n = 0;
+    await this.#transaction(async (tx) => {
+      n = 0;
+      await this.#threads.prune(tx, before, limit);
+      const found = await tx.q<{ id: number; sender: string }>('prunable', [before, keep, limit]);
+      if (found.length === 0) return;
+      await tx.lockAgents(
+        found.map((r) => r.sender),
+        this.#known,
+        true,
+      );
+      const ids = found.filter((r) => tx.agents.has(r.sender)).map((r) => r.id);
+      if (ids.length === 0) return;
+      await tx.q('lockPrunableDeadLetters', [ids]);
+      const rows = await tx.q<{ id: number; sender: string; size: number }>('prunableLocked', [
+        ids,
+      ]);
+      if (rows.length === 0) return;
+      await tx.q('pruneMessages', [rows.map((r) => r.id)]);
+      for (const r of rows) {
+        const a = tx.agent(r.sender);
+        a.bytes = Math.max(0, (a.bytes ?? 0) - r.size);
+        a.dirty = true;
+        tx.addedBytes -= r.size;
+      }
+      n = rows.length;
+    });
+    return n;
+  }
+
+  /**
+   * The alerts transaction: under pg_advisory_xact_lock(LOCK_ALERTS), every alert event is
+   * folded into alert_state in id order (pg-alerts.ts), and the alerts that fell due (with
+   * `flushAt`, those whose window has passed too) are written to alerts_to as messages:
+   * its channel's lock, then its agents row. Writing one can evict from alerts_to's queue and
+   * raise another, folded at once, so it loops as sqlite-store.ts #writeDueAlerts does.
+   */
+  async #foldAlerts(fx: CommitEffectsLog, flushAt: number | undefined): Promise<void> {
+    const tx = await this.#transaction(async (tx) => {
+      await tx.q('lockAlerts');
+      const fold = new AlertFold(tx, this.#cfg.alertWindowMs, this.stats);
+      const queue: AlertEvent[] = (
+        await tx.q<{
+          id: number;
+          recipient: string;
+          reason: AlertEvent['reason'];
+          message_id: string | null;
+          attempts: number;
+          at: number;
+          count: number;
+          sender: string | null;
+        }>('takeEvents')
+      )
+        .sort((a, b) => a.id - b.id)
+        .map((r) => ({
+          recipient: r.recipient,
+          reason: r.reason,
+          messageId: r.message_id,
+          attempts: r.attempts,
+          at: r.at,
+          count: r.count,
+          sender: r.sender,
+        }));
+      tx.onRaise = (e) => queue.push(e);
+      let flushed = flushAt === undefined;
+      for (;;) {
+        while (queue.length > 0) {
+          const batch = queue.splice(0);
+          await fold.load(batch);
+          for (const e of batch) fold.apply(e);
+        }
+        if (!flushed) {
+          await fold.flushDue(flushAt!);
+          flushed = true;
+        }
+        const due = fold.takeDue();
+        if (due.length === 0 && queue.length === 0) break;
+        for (const a of due) await this.#writeAlert(tx, a);
+      }
+      await fold.save();
+    });
+    merge(fx, tx);
+  }
+
+  async #writeAlert(tx: Tx, a: DueAlert): Promise<void> {
+    const channel = `@${this.#alertsTo}`;
+    if (!tx.agents.has(this.#alertsTo)) {
+      await tx.lockChannels([channel]);
+      await tx.lockAgents([this.#alertsTo, ADAPTER_SENDER], this.#known);
+    }
+    await this.#append(tx, {
+      sender: ADAPTER_SENDER,
+      idempotencyKey: uuidv7(a.at),
+      fingerprint: Buffer.alloc(32),
+      channel,
+      kind: a.kind,
+      priority: 'critical',
+      replyTo: null,
+      payloadJson: JSON.stringify(a.payload),
+      receivedAt: a.at,
+      recipients: [this.#alertsTo],
+    });
+    const { at: _at, ...sent } = a;
+    tx.fx.alerts.push(sent);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // reads
+
+  async #read<R>(name: PgStatement, values: readonly unknown[] = []): Promise<R[]> {
+    try {
+      const r = await this.#pool.query({ name, text: PG_SQL[name], values: values as unknown[] });
+      return r.rows as R[];
+    } catch (err) {
+      throw storageFailureOf(err) ?? err;
+    }
+  }
+
+  async isStored(sender: string, idempotencyKey: string): Promise<boolean> {
+    return (await this.#read('findByKey', [sender, idempotencyKey])).length > 0;
+  }
+
+  async ensureChannels(names: Iterable<string>): Promise<void> {
+    const list = [...new Set(names)].sort();
+    if (list.length > 0) await this.#read('ensureChannels', [list]);
+  }
+
+  async channelMessages(
+    channel: string,
+    afterSeq: number,
+    limit: number,
+    maxBytes = Number.POSITIVE_INFINITY,
+  ): Promise<string[]> {
+    return await fittingAsync(
+      this.#intactMessages(channel, afterSeq, limit),
+      (r) => withThreadFields(r.body),
+      maxBytes,
+    );
+  }
+
+  async threadMessages(
+    threadId: string,
+    after: number,
+    limit: number,
+    maxBytes = Number.POSITIVE_INFINITY,
+  ): Promise<ThreadPage> {
+    const ids: number[] = [];
+    const messages = await fittingAsync(
+      this.#intactThread(threadId, after, limit),
+      (r) => {
+        ids.push(r.id);
+        return withThreadFields(r.body);
+      },
+      maxBytes,
+    );
+    return { messages, nextAfter: messages.length === 0 ? null : ids[messages.length - 1]! };
+  }
+
+  async *#intactThread(threadId: string, after: number, limit: number): AsyncGenerator<BodyRow> {
+    if (limit <= 0) return;
+    let left = limit;
+    for await (const r of this.#threads.rows(this.#pool, threadId, after, Math.min(limit, 256))) {
+      if (!this.#intact(r, true)) continue;
+      yield r;
+      if (--left === 0) return;
+    }
+  }
+
+  /**
+   * The first `limit` messages of a channel after `afterSeq` that pass their checksum, read in
+   * growing chunks (a byte-bounded page reads little past its end); one that fails is skipped
+   * and the window reaches past it.
+   */
+  async *#intactMessages(
+    channel: string,
+    afterSeq: number,
+    limit: number,
+  ): AsyncGenerator<ChannelRow> {
+    let after = afterSeq;
+    let left = limit;
+    let chunk = 16;
+    while (left > 0) {
+      const want = Math.min(left, chunk);
+      chunk = Math.min(chunk * 4, 1024);
+      const rows = await this.#read<ChannelRow>('channelMessages', [
+        channel,
+        after,
+        this.#corruptIds,
+        want,
+      ]);
+      for (const r of rows) {
+        after = r.seq;
+        if (!this.#intact(r, true)) continue;
+        left--;
+        yield r;
+      }
+      if (rows.length < want) return;
+    }
+  }
+
+  async pageDeliveries(
+    reader: string,
+    channel: string,
+    afterSeq: number,
+    limit: number,
+  ): Promise<Record<string, DeliveryStateName>> {
+    const out: Record<string, DeliveryStateName> = {};
+    const rows = await this.#read<{ message_id: string; state: DeliveryState }>('pageDeliveries', [
+      channel,
+      afterSeq,
+      this.#corruptIds,
+      limit,
+      reader,
+    ]);
+    for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
+    return out;
+  }
+
+  async messageStatus(messageId: string): Promise<MessageStatus | undefined> {
+    const at = uuidv7Time(messageId);
+    if (at === undefined) return undefined;
+    const [m] = await this.#read<BodyRow & { sender: string }>('messageById', [at, messageId]);
+    if (m === undefined) return undefined;
+    const message = this.#intact(m, true) ? withThreadFields(m.body) : 'null';
+    const latest = new Map<string, RecipientRow>();
+    for (const r of await this.#read<RecipientRow>('recipients', [m.id])) {
+      latest.set(r.recipient, r);
+    }
+    const recipients = [...latest.values()].map((r) => ({
+      agent: r.recipient,
+      state: STATE_NAME[r.state as DeliveryState],
+      attempts: r.attempt,
+      reason: r.reason,
+      ...(r.note === null ? {} : { note: r.note }),
+    }));
+    return { message, sender: m.sender, recipients };
+  }
+
+  async deadLetters(
+    after: number,
+    limit: number,
+    maxBytes = Number.POSITIVE_INFINITY,
+  ): Promise<string[]> {
+    const self = this;
+    async function* rows(): AsyncGenerator<DeadRow> {
+      let from = after;
+      let left = limit;
+      let chunk = 16;
+      while (left > 0) {
+        const want = Math.min(left, chunk);
+        chunk = Math.min(chunk * 4, 1024);
+        const got = await self.#read<DeadRow>('deadLetters', [from, want]);
+        for (const r of got) {
+          from = r.id;
+          left--;
+          yield r;
+        }
+        if (got.length < want) return;
+      }
+    }
+    return await fittingAsync(rows(), (r) => this.#deadLetterJson(r), maxBytes);
+  }
+
+  #deadLetterJson(r: DeadRow): string {
+    return deadLetterJson(
+      {
+        id: r.id,
+        reason: r.reason,
+        attempts: r.attempts,
+        recipient: r.recipient,
+        deadLetteredAt: r.created_at,
+        replayDeliveryId: r.replay_delivery,
+        note: r.note,
+      },
+      this.#intact({ id: r.message, body: r.body, checksum: r.checksum }, true)
+        ? withThreadFields(r.body)
+        : 'null',
+    );
+  }
+
+  async agents(ids: Iterable<string>): Promise<AgentState[]> {
+    const list = [...ids];
+    const rows = await this.#read<{
+      id: string;
+      last_seen: number | null;
+      depth: number;
+      critical: number;
+    }>('agents', [list]);
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    return list.map((id) => {
+      const r = byId.get(id);
+      return {
+        id,
+        last_seen:
+          r === undefined || r.last_seen === null ? null : new Date(r.last_seen).toISOString(),
+        queue_depth: r?.depth ?? 0,
+        critical_depth: r?.critical ?? 0,
+      };
+    });
+  }
+
+  async depth(agent: string): Promise<{ all: number; critical: number }> {
+    const [r] = await this.#read<{ depth: number; critical: number }>('depth', [agent]);
+    return { all: r?.depth ?? 0, critical: r?.critical ?? 0 };
+  }
+
+  async oldestPendingAt(agent: string): Promise<number | undefined> {
+    const [r] = await this.#read<{ available_at: number }>('oldestPendingAt', [agent]);
+    return r?.available_at;
+  }
+
+  async nextDue(now: number): Promise<number | undefined> {
+    const [r] = await this.#read<{ due: number | null }>('nextDue', [now, this.#cfg.alertWindowMs]);
+    const due = r?.due ?? undefined;
+    // a corrupt row a read found is told by the next sweep: due now
+    if (this.#unreported.size > 0) return due === undefined ? now : Math.min(due, now);
+    return due;
+  }
+
+  async storageUse(): Promise<StorageUse> {
+    const [used] = await this.#read<{ used: number }>('storedBytes');
+    const senders = await this.#read<{ id: string; stored_bytes: number }>('senders');
+    return {
+      usedBytes: used?.used ?? 0,
+      // the database server's volume is not visible from a client
+      availableBytes: Number.POSITIVE_INFINITY,
+      senders: Object.fromEntries(senders.map((r) => [r.id, r.stored_bytes])),
+    };
+  }
+
+  /** PostgreSQL has no quick_check to run from a client: the schema is what is checked. */
+  async checkIntegrity(): Promise<string[]> {
+    try {
+      await this.ping();
+      return [];
+    } catch (err) {
+      return [(err as Error).message];
+    }
+  }
+
+  async ping(): Promise<void> {
+    let version: number | null | undefined;
+    try {
+      const r = await this.#pool.query<{ version: number | null }>(PG_SQL.schemaVersion);
+      version = r.rows[0]?.version;
+    } catch (err) {
+      throw new Error(`PostgreSQL does not answer: ${(err as Error).message}`, { cause: err });
+    }
+    if (version !== PG_MIGRATIONS.length) {
+      throw new Error(
+        `the PostgreSQL schema is at version ${version ?? 'none'}; this program knows ${PG_MIGRATIONS.length}`,
+      );
+    }
+  }
+
+  watch(listener: (fx: PgForeignEffects) => void): void {
+    this.#wake.watch(listener);
+  }
+
+  /** The backend pid of the LISTEN connection, and its reconnections (for tests). */
+  get listener(): { pid: number | undefined; reconnects: number } {
+    return { pid: this.#wake.pid, reconnects: this.#wake.reconnects };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#wake.close();
+    const c = this.#client;
+    this.#client = undefined;
+    if (c !== undefined) await c.end().catch(() => undefined);
+    await this.#pool.end().catch(() => undefined);
+  }
+
+  /** As sqlite-store.ts #intact: a row failing its checksum is remembered (and reported). */
+  #intact(r: BodyRow, report: boolean): boolean {
+    if (crc32(r.body) === r.checksum) return true;
+    if (!this.#corrupt.has(r.id)) {
+      this.#corrupt.add(r.id);
+      this.#corruptIds = [...this.#corrupt];
+      if (report) this.#unreported.add(r.id);
+    }
+    return false;
+  }
+}
+
+/** Numbered migrations, under a session advisory lock: replicas starting together run them once. */
+async function migrate(c: pg.Client): Promise<void> {
+  await c.query(PG_SQL.migrateLock);
+  try {
+    await c.query(PG_SQL.createSchemaTable);
+    const { rows } = await c.query<{ version: number | null }>(PG_SQL.schemaVersion);
+    const at = rows[0]?.version ?? 0;
+    if (at > PG_MIGRATIONS.length) {
+      throw new Error(
+        `the PostgreSQL schema is at version ${at}, newer than this program's ${PG_MIGRATIONS.length}`,
+      );
+    }
+    for (let v = at + 1; v <= PG_MIGRATIONS.length; v++) {
+      await c.query('BEGIN');
+      try {
+        await c.query(PG_MIGRATIONS[v - 1]!);
+        await c.query(PG_SQL.setSchemaVersion, [v]);
+        await c.query('COMMIT');
+      } catch (err) {
+        await c.query('ROLLBACK').catch(() => undefined);
+        throw err;
+      }
+    }
+  } finally {
+    await c.query(PG_SQL.migrateUnlock).catch(() => undefined);
+  }
+}
+
+function merge(fx: CommitEffectsLog, tx: Tx): void {
+  fx.alerts.push(...tx.fx.alerts);
+  for (const a of tx.fx.woken) fx.woken.add(a);
+  fx.timingChanged ||= tx.fx.timingChanged;
+}
+
+/** page-bytes.ts fitting, over rows read as the page grows. */
+async function fittingAsync<R>(
+  rows: AsyncIterable<R>,
+  toJson: (row: R) => string,
+  maxBytes: number,
+): Promise<string[]> {
+  const out: string[] = [];
+  let bytes = 0;
+  for await (const row of rows) {
+    const json = toJson(row);
+    bytes += Buffer.byteLength(json) + PAGE_ITEM_OVERHEAD;
+    if (out.length > 0 && bytes > maxBytes) break;
+    out.push(json);
+  }
+  return out;
+}
+
+function full(message: string): GatewayError {
+  return new GatewayError('storage_full', message, { retryAfterS: STORAGE_FULL_RETRY_AFTER_S });
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+}
+
+/** The connection went away (no SQLSTATE from the server, or a class 08 / 57P0x one). */
+function isConnectionLoss(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === 'string') return /^(08|57P0)/.test(code);
+  return err instanceof Error && /connection|terminated|ECONN|EPIPE/i.test(err.message);
+}
+
+/**
+ * The server's answer as a StorageFailure when the storage itself failed: disk full (53xxx),
+ * an I/O error (58xxx), the connection lost (08xxx, a backend shut down); else undefined.
+ */
+function storageFailureOf(err: unknown): StorageFailure | undefined {
+  if (err instanceof StorageFailure) return err;
+  const code = (err as { code?: unknown } | null)?.code;
+  const storage = typeof code === 'string' ? /^(53|58|08|57P0)/.test(code) : false;
+  if (!storage && !isConnectionLoss(err)) return undefined;
+  return new StorageFailure(`${code ?? 'connection'}: ${(err as Error).message}`, { cause: err });
+}
