@@ -95,7 +95,9 @@ export class AdapterMetrics {
       registers,
       async collect() {
         const depths = await Promise.all(agents.map((agent) => store.depth(agent)));
-        agents.forEach((agent, i) => this.set({ agent }, depths[i]!.all));
+        agents.forEach((agent, i) => {
+          this.set({ agent }, depths[i]!.all);
+        });
       },
     });
   }
@@ -114,7 +116,9 @@ export class AdapterMetrics {
       registers,
       async collect() {
         const ages = await Promise.all(agents.map((agent) => stalls.oldestPendingAgeMs(agent)));
-        agents.forEach((agent, i) => this.set({ agent }, ages[i]! / 1000));
+        agents.forEach((agent, i) => {
+          this.set({ agent }, ages[i]! / 1000);
+        });
       },
     });
     new Gauge({
