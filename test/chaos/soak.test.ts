@@ -1,29 +1,49 @@
 /**
- * The chaos soak: the adapter and six sidecars for the seed's agents, each agent sending and
- * receiving through its sidecar with the client, while the adapter is SIGKILLed and restarted
- * every ~15 s and a sidecar now and then. At the end every message a sidecar accepted (201 or
- * 202) has reached every recipient at least once and, after the client's dedup, exactly once;
- * every channel's sequence is 1..N; every dead letter is accounted for; no process is left.
+ * The chaos soak: six sidecars for the seed's agents, each agent sending and receiving through
+ * its sidecar with the client, while adapters are SIGKILLed and restarted every ~15 s and a
+ * sidecar now and then. At the end every message a sidecar accepted (201 or 202) has reached
+ * every recipient at least once and, after the client's dedup, exactly once; every channel's
+ * sequence is 1..N; every dead letter is accounted for; no process is left.
  *
- *   AGW_CHAOS_SECONDS=600 npx vitest run test/chaos     (CI runs 90 s)
+ * Two modes, one after the other, with the same agents and the same end checks:
+ * - SQLite: one adapter on a SQLite file, killed and restarted;
+ * - replicas: three adapters on one PostgreSQL database (test/helpers/pg.ts), two sidecars on
+ *   each; one replica at a time is killed and restarted on its own port (a sidecar's adapter
+ *   URL is fixed), its sidecars' messages waiting in their outboxes meanwhile, while the other
+ *   replicas go on serving (deliveries leased through the killed one come back when their
+ *   leases run out, through whichever replica sweeps them).
+ *
+ *   AGW_CHAOS_SECONDS=600 npx vitest run test/chaos     (CI: 90 s SQLite, 80 s replicas)
+ *   AGW_CHAOS_REPLICA_SECONDS sets the replicas mode's alone (default: AGW_CHAOS_SECONDS, else 80).
  */
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import pg from 'pg';
 import { afterAll, expect, it } from 'vitest';
 import { GatewayClient } from '../../src/client/index.js';
 import { type ChildProcessOfCli, spawnAdapter, spawnSidecar } from '../helpers/cli.js';
+import { type ReplicaSet, startReplicaSet } from '../helpers/replicas.js';
 import { AGENTS, CHANNELS, tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 
 const SECONDS = Number(process.env.AGW_CHAOS_SECONDS ?? 90);
+/** 80 s by default: with its three replicas' start and the drain, CI's soak grows by ~90 s. */
+const REPLICA_SECONDS = Number(
+  process.env.AGW_CHAOS_REPLICA_SECONDS ?? process.env.AGW_CHAOS_SECONDS ?? 80,
+);
+/** Lease, backoff and retries of every adapter: short, so that the soak sees many of each. */
+const DELIVERY_ARGS = ['--lease-ms', '3000', '--retry-base-ms', '200', '--max-retries', '20'];
+
 const { dir, cleanup } = tempDir('agw-chaos-');
 const all: ChildProcessOfCli[] = [];
+const replicaSets: ReplicaSet[] = [];
 afterAll(async () => {
   for (const p of all)
     if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
   await Promise.all(all.map((p) => p.exited));
+  for (const set of replicaSets) await set.cleanup();
   cleanup();
-});
+}, 60_000);
 
 const routes = Object.fromEntries(
   AGENTS.map((a) => [
@@ -41,38 +61,135 @@ const recipientsOf = (sender: string, to: string): string[] =>
 const pick = <T>(xs: readonly T[]): T => xs[Math.floor(Math.random() * xs.length)]!;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-it(`keeps every accepted message through ${SECONDS} s of kills`, {
-  timeout: (SECONDS + 240) * 1000,
-}, async () => {
+/** What the store holds at the end, read once every process has stopped. */
+interface StoreFacts {
+  /** Each channel's counter, its message count and its highest sequence. */
+  channels: { name: string; last_seq: number; n: number; hi: number | null }[];
+  /** Each dead letter: its recipient, reason, and the soak's payload id of its message. */
+  dead: { recipient: string; reason: string; id: string | undefined }[];
+}
+
+/** The adapters of one mode, as the soak drives them. */
+interface Adapters {
+  readonly mode: string;
+  /** The adapter URL the sidecar of the n-th agent is given: fixed for the whole soak. */
+  urlFor(n: number): string;
+  /** SIGKILLs one adapter; answers the restart (on the same port), to call when the soak says. */
+  kill(): Promise<() => Promise<void>>;
+  /** Asks every adapter running to stop (SIGTERM); answers when all have exited. */
+  stop(): Promise<void>;
+  /** Processes of this mode's adapters still running, by pid. */
+  running(): number[];
+  /** The store's facts, once stopped. */
+  read(): Promise<StoreFacts>;
+}
+
+const payloadId = (body: string) => (JSON.parse(body) as { payload: { id?: string } }).payload.id;
+
+/** One adapter on a SQLite file. */
+async function sqliteAdapter(): Promise<Adapters> {
   const db = join(dir, 'adapter.db');
   const topology = writeTopology(dir);
-  const adapterArgs = [
-    '--topology',
-    topology,
-    '--db',
-    db,
-    '--lease-ms',
-    '3000',
-    '--retry-base-ms',
-    '200',
-    '--max-retries',
-    '20',
-  ];
-  let adapter = await spawnAdapter(adapterArgs);
+  const args = ['--topology', topology, '--db', db, ...DELIVERY_ARGS];
+  let adapter = await spawnAdapter(args);
   all.push(adapter);
-  const adapterPort = Number(new URL(adapter.url).port);
-  adapterArgs.push('--listen', `127.0.0.1:${adapterPort}`);
+  const url = adapter.url;
+  args.push('--listen', `127.0.0.1:${new URL(url).port}`);
+  return {
+    mode: 'SQLite, one adapter',
+    urlFor: () => url,
+    async kill() {
+      adapter.child.kill('SIGKILL');
+      await adapter.exited;
+      return async () => {
+        adapter = await spawnAdapter(args);
+        all.push(adapter);
+      };
+    },
+    async stop() {
+      adapter.child.kill('SIGTERM');
+      await adapter.exited;
+    },
+    running: () => [],
+    async read() {
+      const conn = new Database(db, { readonly: true });
+      try {
+        const channels = conn
+          .prepare(
+            'SELECT c.name, c.last_seq, count(m.id) AS n, max(m.seq) AS hi FROM channels c LEFT JOIN messages m ON m.channel = c.name GROUP BY c.name',
+          )
+          .all() as StoreFacts['channels'];
+        const dead = (
+          conn
+            .prepare(
+              'SELECT recipient, reason, body FROM dead_letters d JOIN messages m ON m.id = d.message',
+            )
+            .all() as { recipient: string; reason: string; body: string }[]
+        ).map((d) => ({ recipient: d.recipient, reason: d.reason, id: payloadId(d.body) }));
+        return { channels, dead };
+      } finally {
+        conn.close();
+      }
+    },
+  };
+}
 
+/** Three adapters on one PostgreSQL database; the sidecars spread over them, two each. */
+async function replicaAdapters(): Promise<Adapters> {
+  const set = await startReplicaSet(DELIVERY_ARGS);
+  replicaSets.push(set);
+  const { replicas } = set;
+  const urls = [0, 1, 2].map((i) => replicas.urlOf(i));
+  return {
+    mode: 'PostgreSQL, three replicas',
+    urlFor: (n) => urls[n % urls.length]!,
+    async kill() {
+      const victim = pick(replicas.liveSlots());
+      await replicas.kill(victim);
+      return async () => {
+        await replicas.start(victim, { samePort: true });
+      };
+    },
+    stop: () => replicas.stop(),
+    running: () => replicas.running(),
+    async read() {
+      const conn = new pg.Client({ connectionString: set.db.url });
+      await conn.connect();
+      try {
+        const channels = (
+          await conn.query(
+            'SELECT c.name, c.last_seq::int AS last_seq, count(m.id)::int AS n, max(m.seq)::int AS hi FROM channels c LEFT JOIN messages m ON m.channel = c.name GROUP BY c.name, c.last_seq',
+          )
+        ).rows as StoreFacts['channels'];
+        const dead = (
+          await conn.query(
+            'SELECT d.recipient, d.reason, m.body FROM dead_letters d JOIN messages m ON m.id = d.message',
+          )
+        ).rows.map((d: { recipient: string; reason: string; body: unknown }) => ({
+          recipient: d.recipient,
+          reason: d.reason,
+          id: payloadId(typeof d.body === 'string' ? d.body : JSON.stringify(d.body)),
+        }));
+        return { channels, dead };
+      } finally {
+        await conn.end();
+      }
+    },
+  };
+}
+
+/** The soak itself: the same for every mode. */
+async function soak(seconds: number, adapters: Adapters): Promise<void> {
   const sidecars = new Map<
     string,
     { proc: ChildProcessOfCli; port: number; env: Record<string, string> }
   >();
-  for (const agent of AGENTS) {
+  for (const [n, agent] of AGENTS.entries()) {
     const env = {
-      AGW_ADAPTER_URL: adapter.url,
+      AGW_ADAPTER_URL: adapters.urlFor(n),
       AGW_AGENT_ID: agent,
       AGW_AGENT_TOKEN: tokenOf(agent),
-      AGW_OUTBOX: join(dir, `${agent}.outbox.db`),
+      AGW_OUTBOX: join(dir, `${adapters.mode.replace(/\W+/g, '-')}-${agent}.outbox.db`),
       AGW_BREAKER_BASE_MS: '100',
       AGW_BREAKER_MAX_MS: '1000',
       AGW_JOURNAL_SOCKET: join(dir, 'no-journal'),
@@ -126,13 +243,12 @@ it(`keeps every accepted message through ${SECONDS} s of kills`, {
     ),
   );
 
-  // chaos: the adapter every ~15 s, a sidecar now and then
-  const until = Date.now() + SECONDS * 1000;
+  // chaos: an adapter every ~15 s, a sidecar now and then
+  const until = Date.now() + seconds * 1000;
   while (Date.now() < until) {
     await sleep(Math.min(until - Date.now(), 10_000 + Math.random() * 10_000));
     if (Date.now() >= until) break;
-    adapter.child.kill('SIGKILL');
-    await adapter.exited;
+    const restart = await adapters.kill();
     adapterKills++;
     const down = Date.now();
     await sleep(500 + Math.random() * 1500);
@@ -145,8 +261,7 @@ it(`keeps every accepted message through ${SECONDS} s of kills`, {
       s.proc = await spawnSidecar(s.env, ['--listen', `127.0.0.1:${s.port}`]);
       all.push(s.proc);
     }
-    adapter = await spawnAdapter(adapterArgs);
-    all.push(adapter);
+    await restart();
     longestOutageMs = Math.max(longestOutageMs, Date.now() - down);
   }
   running = false;
@@ -166,51 +281,46 @@ it(`keeps every accepted message through ${SECONDS} s of kills`, {
 
   // stop everything, then read the store
   for (const s of sidecars.values()) s.proc.child.kill('SIGTERM');
-  adapter.child.kill('SIGTERM');
-  await Promise.all([adapter.exited, ...[...sidecars.values()].map((s) => s.proc.exited)]);
+  await Promise.all([adapters.stop(), ...[...sidecars.values()].map((s) => s.proc.exited)]);
   // no process left behind: every adapter and sidecar this test started has exited
-  expect(
-    all.filter((p) => p.child.exitCode === null && p.child.signalCode === null).map((p) => p.pid),
-  ).toEqual([]);
-  const conn = new Database(db, { readonly: true });
-  const seqs = conn
-    .prepare(
-      'SELECT c.name, c.last_seq, count(m.id) AS n, max(m.seq) AS hi FROM channels c LEFT JOIN messages m ON m.channel = c.name GROUP BY c.name',
-    )
-    .all() as { name: string; last_seq: number; n: number; hi: number | null }[];
-  const dead = conn
-    .prepare(
-      'SELECT recipient, reason, body FROM dead_letters d JOIN messages m ON m.id = d.message',
-    )
-    .all() as {
-    recipient: string;
-    reason: string;
-    body: string;
-  }[];
-  conn.close();
+  expect([
+    ...all
+      .filter((p) => p.child.exitCode === null && p.child.signalCode === null)
+      .map((p) => p.pid),
+    ...adapters.running(),
+  ]).toEqual([]);
+  const { channels, dead } = await adapters.read();
 
-  const deadFor = new Set(
-    dead.map(
-      (d) => `${d.recipient}/${(JSON.parse(d.body) as { payload: { id?: string } }).payload.id}`,
-    ),
-  );
+  const deadFor = new Set(dead.map((d) => `${d.recipient}/${d.id}`));
   const unexplained = missing().filter((k) => !deadFor.has(k));
   const twice = [...handled.entries()].filter(([, n]) => n > 1);
   const expected = [...accepted.values()].reduce((n, a) => n + a.recipients.length, 0);
   console.log(
-    `chaos soak, ${SECONDS} s: ${accepted.size} messages accepted, ${expected} deliveries expected, ` +
+    `chaos soak (${adapters.mode}), ${seconds} s: ${accepted.size} messages accepted, ${expected} deliveries expected, ` +
       `${deliveriesSeen} handed to handlers, ${redeliveries} of them redeliveries, ` +
       `${adapterKills} adapter kills, ${sidecarKills} sidecar kills, ${dead.length} dead letters ` +
       `(${[...new Set(dead.map((d) => d.reason))].join(', ') || 'none'}), longest adapter outage absorbed ${longestOutageMs} ms`,
   );
-  expect(adapterKills).toBeGreaterThanOrEqual(Math.floor(SECONDS / 25));
+  expect(adapterKills).toBeGreaterThanOrEqual(Math.floor(seconds / 25));
   expect(unexplained, `never delivered: ${unexplained.slice(0, 5).join(', ')}`).toEqual([]);
   expect(twice, 'handled twice after the client dedup').toEqual([]);
-  for (const c of seqs)
+  for (const c of channels)
     expect(c, c.name).toEqual({
       name: c.name,
       last_seq: c.last_seq,
       n: c.last_seq,
       hi: c.n ? c.last_seq : null,
     });
+}
+
+it(`keeps every accepted message through ${SECONDS} s of kills`, {
+  timeout: (SECONDS + 240) * 1000,
+}, async () => {
+  await soak(SECONDS, await sqliteAdapter());
+});
+
+it(`keeps every accepted message through ${REPLICA_SECONDS} s of replica kills (PostgreSQL)`, {
+  timeout: (REPLICA_SECONDS + 240) * 1000,
+}, async () => {
+  await soak(REPLICA_SECONDS, await replicaAdapters());
 });
