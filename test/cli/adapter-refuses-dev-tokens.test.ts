@@ -137,9 +137,9 @@ describe('development tokens', { timeout: 30_000 }, () => {
   });
 });
 
-describe('k8s/topology.yaml', { timeout: 30_000 }, () => {
+describe('k8s/base/topology.yaml', { timeout: 30_000 }, () => {
   it('ships placeholders that stop the adapter, with or without AGW_ALLOW_DEV_TOKENS', async () => {
-    const k8s = join(root, 'k8s/topology.yaml');
+    const k8s = join(root, 'k8s/base/topology.yaml');
     for (const env of [{}, { AGW_ALLOW_DEV_TOKENS: '1' }] as Record<string, string>[]) {
       const line = expectRefused(
         await runAdapter(['--topology', k8s, '--db', join(dir, 'k8s.db')], env),

@@ -6,10 +6,12 @@
  * sidecar fields are there, no pod mounts a service account token, the images build on one
  * pinnable base, and image names and ports agree across files, and k8s/ holds no token, only
  * placeholders the adapter refuses. The systemd units pass `systemd-analyze verify` where it is
- * available. The PostgreSQL overlay (k8s/postgres/) stays in step with the base and the code:
- * 3 replicas rolled one at a time, no claim, known settings, AGW_DB from a Secret key it makes,
- * a PDB over the adapter pods, a CloudNativePG Cluster of 3 with synchronous replication, a
- * placeholder URL, a network policy for the adapters, and it builds with kustomize.
+ * available. The kustomize base is k8s/base/ (k8s/kustomization.yaml only names it, for
+ * `kubectl apply -k k8s/`). The PostgreSQL overlay (k8s/postgres/) builds on ../base and agrees
+ * with it and the code: 3 replicas rolled one at a time, no claim, known settings, AGW_DB from a
+ * Secret key it makes, a PDB over the adapter pods, a CloudNativePG Cluster of 3 with
+ * synchronous replication, a placeholder URL, a network policy for the adapters, and it builds
+ * with kustomize.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -70,25 +72,34 @@ const waitReady = (probe: Doc) => {
   const url = new URL(String(flag('--url')));
   return { args, url, timeoutS: Number(flag('--timeout')) };
 };
-const POD_FILES = ['adapter.yaml', 'agent-pod.yaml', 'podman/agent-pod.yaml'];
+const POD_FILES = ['base/adapter.yaml', 'base/agent-pod.yaml', 'podman/agent-pod.yaml'];
 
-describe('k8s/ and k8s/podman/', () => {
+describe('k8s/base/ and k8s/podman/', () => {
   const files = [
     'kustomization.yaml',
-    'namespace.yaml',
-    'adapter.yaml',
-    'agent-pod.yaml',
-    'network-policy.yaml',
-    'topology.yaml',
+    'base/kustomization.yaml',
+    'base/namespace.yaml',
+    'base/adapter.yaml',
+    'base/agent-pod.yaml',
+    'base/network-policy.yaml',
+    'base/topology.yaml',
     'podman/agent-pod.yaml',
   ];
 
   it('every manifest parses, and the kustomization lists files that exist', () => {
     for (const f of files) expect(docs(f).length).toBeGreaterThan(0);
-    const [k] = docs('kustomization.yaml');
-    for (const r of k.resources) expect(existsSync(join(k8s, r)), r).toBe(true);
+    const [k] = docs('base/kustomization.yaml');
+    for (const r of k.resources) expect(existsSync(join(k8s, 'base', r)), r).toBe(true);
     for (const g of k.secretGenerator)
-      for (const f of g.files ?? []) expect(existsSync(join(k8s, f)), f).toBe(true);
+      for (const f of g.files ?? []) expect(existsSync(join(k8s, 'base', f)), f).toBe(true);
+  });
+
+  it('keeps k8s/kustomization.yaml a thin entry that names the base and adds nothing', () => {
+    // `kubectl apply -k k8s/` as before the base moved; anything more here would be a second
+    // base to keep in step, and k8s/ can be no overlay's base (it contains k8s/postgres/)
+    const [entry] = docs('kustomization.yaml');
+    expect(entry.resources).toEqual(['base']);
+    expect(Object.keys(entry).sort()).toEqual(['apiVersion', 'kind', 'resources']);
   });
 
   it('sets only AGW_* variables the program knows, and probes endpoints that exist on the right port', () => {
@@ -148,7 +159,7 @@ describe('k8s/ and k8s/podman/', () => {
   });
 
   it('probes the loopback-only sidecar by exec of wait-ready, with timeouts that fit', async () => {
-    const [pod] = podSpecs('agent-pod.yaml');
+    const [pod] = podSpecs('base/agent-pod.yaml');
     const sidecar = pod.initContainers.find((c: Doc) => c.name === 'gateway-sidecar');
     expect(listenPort(sidecar)).toBe(7070);
     expect(sidecar.env.find((e: Doc) => e.name === 'AGW_LISTEN').value).toMatch(/^127\.0\.0\.1:/);
@@ -189,7 +200,7 @@ describe('k8s/ and k8s/podman/', () => {
 
   it('mounts no service account token in the agent pod or the adapter', () => {
     // neither program speaks to the Kubernetes API (Podman mounts no token either way)
-    for (const f of ['agent-pod.yaml', 'adapter.yaml'])
+    for (const f of ['base/agent-pod.yaml', 'base/adapter.yaml'])
       for (const pod of podSpecs(f)) expect(pod.automountServiceAccountToken, f).toBe(false);
   });
 
@@ -220,7 +231,7 @@ describe('k8s/ and k8s/podman/', () => {
   });
 
   it('runs the sidecar as a native sidecar gated on /readyz, and the agent behind it', () => {
-    const [pod] = podSpecs('agent-pod.yaml');
+    const [pod] = podSpecs('base/agent-pod.yaml');
     const sidecar = pod.initContainers.find((c: Doc) => c.name === 'gateway-sidecar');
     expect(sidecar.restartPolicy).toBe('Always');
     expect(waitReady(sidecar.startupProbe)?.url.pathname).toBe('/readyz');
@@ -247,22 +258,22 @@ describe('k8s/ and k8s/podman/', () => {
   });
 
   it('agrees on images, ports and the adapter address across files', () => {
-    const adapterDeployment = docs('adapter.yaml').find((d) => d.kind === 'Deployment');
-    const adapterService = docs('adapter.yaml').find((d) => d.kind === 'Service');
+    const adapterDeployment = docs('base/adapter.yaml').find((d) => d.kind === 'Deployment');
+    const adapterService = docs('base/adapter.yaml').find((d) => d.kind === 'Service');
     expect(adapterDeployment.spec.strategy.type).toBe('Recreate');
     expect(adapterDeployment.spec.replicas).toBe(1);
     const adapter = adapterDeployment.spec.template.spec.containers[0];
     expect(adapter.image).toMatch(/^agent-gateway-adapter:/);
     expect(adapter.ports[0].containerPort).toBe(listenPort(adapter));
     expect(adapterService.spec.ports[0].port).toBe(listenPort(adapter));
-    const [pod] = podSpecs('agent-pod.yaml');
+    const [pod] = podSpecs('base/agent-pod.yaml');
     const sidecar = pod.initContainers[0];
     expect(sidecar.image).toMatch(/^agent-gateway-sidecar:/);
     const adapterUrl = sidecar.env.find((e: Doc) => e.name === 'AGW_ADAPTER_URL').value;
     expect(adapterUrl).toBe(
       `http://${adapterService.metadata.name}:${adapterService.spec.ports[0].port}`,
     );
-    const [k] = docs('kustomization.yaml');
+    const [k] = docs('base/kustomization.yaml');
     expect(k.images.map((i: Doc) => i.name).sort()).toEqual([
       'agent-gateway-adapter',
       'agent-gateway-sidecar',
@@ -270,13 +281,13 @@ describe('k8s/ and k8s/podman/', () => {
     const dockerfile = readFileSync(join(root, 'docker/Dockerfile'), 'utf8');
     expect(dockerfile).toMatch(/FROM runtime AS adapter[\s\S]*EXPOSE 8080/);
     expect(dockerfile).toMatch(/FROM runtime AS sidecar[\s\S]*EXPOSE 7070/);
-    const policy = docs('network-policy.yaml')[0];
+    const policy = docs('base/network-policy.yaml')[0];
     expect(policy.spec.ingress[0].ports[0].port).toBe(listenPort(adapter));
   });
 });
 
 describe('tokens in k8s/', () => {
-  const [topology] = docs('topology.yaml');
+  const [topology] = docs('base/topology.yaml');
   const ids: string[] = topology.agents.map((a: Doc) => a.id);
   const devHashes = new Set(ids.map((id) => sha256Hex(devToken(id))));
 
@@ -287,14 +298,14 @@ describe('tokens in k8s/', () => {
     }
     // not even AGW_ALLOW_DEV_TOKENS lets the shipped file through
     for (const allowDevTokens of [false, true]) {
-      expect(() => loadTopology(join(k8s, 'topology.yaml'), { allowDevTokens })).toThrow(
+      expect(() => loadTopology(join(k8s, 'base/topology.yaml'), { allowDevTokens })).toThrow(
         /agents\.0\.token_sha256: must be the hex SHA-256 .*\(agent "orchestrator"\)/,
       );
     }
   });
 
   it('generates no Secret from a literal token: placeholders only', () => {
-    const [k] = docs('kustomization.yaml');
+    const [k] = docs('base/kustomization.yaml');
     const literals: string[] = k.secretGenerator.flatMap((g: Doc) => g.literals ?? []);
     expect(literals.length).toBeGreaterThan(0);
     for (const l of literals) expect(l, l).toMatch(/^token=REPLACE-with-[a-z0-9._-]+-token$/);
@@ -318,10 +329,17 @@ describe('tokens in k8s/', () => {
   });
 
   it('keeps the tokens docs/deploy.md makes out of git, where kustomize may read them', () => {
+    // inside the base's folder (kustomize reads no file above a kustomization's root)
+    expect(readFileSync(join(k8s, 'base/.gitignore'), 'utf8')).toMatch(/^\/tokens\/$/m);
+    // and where they were made before the base moved, so none left there is committed
     expect(readFileSync(join(k8s, '.gitignore'), 'utf8')).toMatch(/^\/tokens\/$/m);
     const guide = readFileSync(join(root, 'docs/deploy.md'), 'utf8');
     expect(guide).toContain('openssl rand -hex 32');
-    expect(guide).toContain('sed -i "s/REPLACE-with-sha256-of-$id-token/$hash/" k8s/topology.yaml');
+    expect(guide).toContain('mkdir -p -m 0700 k8s/base/tokens');
+    expect(guide).toContain('>"k8s/base/tokens/$id"');
+    expect(guide).toContain(
+      'sed -i "s/REPLACE-with-sha256-of-$id-token/$hash/" k8s/base/topology.yaml',
+    );
   });
 
   it('refuses the development hashes of examples/topology.yaml unless they are allowed', () => {
@@ -405,10 +423,10 @@ describe('systemd units', () => {
 
 describe('k8s/postgres/ (the PostgreSQL overlay)', () => {
   const dir = 'postgres';
-  const [base] = docs('kustomization.yaml');
+  const [base] = docs('base/kustomization.yaml');
   const [overlay] = docs(`${dir}/kustomization.yaml`);
-  const baseAdapter = docs('adapter.yaml').find((d) => d.kind === 'Deployment');
-  const basePvc = docs('adapter.yaml').find((d) => d.kind === 'PersistentVolumeClaim');
+  const baseAdapter = docs('base/adapter.yaml').find((d) => d.kind === 'Deployment');
+  const basePvc = docs('base/adapter.yaml').find((d) => d.kind === 'PersistentVolumeClaim');
   const patches = docs(`${dir}/adapter.yaml`);
   const patch = patches.find((d) => d.kind === 'Deployment');
   const [cluster] = docs(`${dir}/cluster.yaml`);
@@ -437,19 +455,21 @@ describe('k8s/postgres/ (the PostgreSQL overlay)', () => {
     return new URL(literal.slice('url='.length));
   };
 
-  it('repeats the base (its files, generators and images) and lists files that exist', () => {
-    const own = ['cluster.yaml', 'pdb.yaml', 'network-policy.yaml'];
-    expect(overlay.resources).toEqual([...base.resources.map((r: string) => `../${r}`), ...own]);
+  it('builds on the base itself (../base), adds only its own, and lists files that exist', () => {
+    // the base as a kustomization, not its files one by one: `kubectl apply -k` builds it
+    // without --load-restrictor, and the tokens and image tags are entered in the base only
+    expect(overlay.resources).toEqual([
+      '../base',
+      'cluster.yaml',
+      'pdb.yaml',
+      'network-policy.yaml',
+    ]);
     for (const r of overlay.resources) expect(existsSync(join(k8s, dir, r)), r).toBe(true);
     expect(overlay.namespace).toBe(base.namespace);
-    expect(overlay.images).toEqual(base.images);
-    expect(overlay.generatorOptions).toEqual(base.generatorOptions);
-    for (const g of base.secretGenerator) {
-      const mine = overlay.secretGenerator.find((x: Doc) => x.name === g.name);
-      expect(mine, g.name).toBeDefined();
-      expect(mine.literals, g.name).toEqual(g.literals);
-      expect(mine.files, g.name).toEqual(g.files?.map((f: string) => `../${f}`));
-    }
+    expect(overlay.images).toBeUndefined();
+    expect(overlay.secretGenerator.map((g: Doc) => g.name)).toEqual(['agent-gateway-db']);
+    // the Secret keeps its name: the Job, applied by hand, reads it by that name
+    expect(overlay.generatorOptions).toEqual({ disableNameSuffixHash: true });
     for (const p of overlay.patches) expect(existsSync(join(k8s, dir, p.path)), p.path).toBe(true);
     // the one-off Job is run by hand, not applied with the overlay
     expect(overlay.resources).not.toContain('migrate-store-job.yaml');
@@ -549,7 +569,7 @@ describe('k8s/postgres/ (the PostgreSQL overlay)', () => {
     expect(matches(selector, adapterLabels), 'adapter pods').toBe(true);
     expect(matches(selector, job.spec.template.metadata.labels), 'the migration Job').toBe(true);
     // agents are not let in
-    const [agentPod] = docs('agent-pod.yaml');
+    const [agentPod] = docs('base/agent-pod.yaml');
     expect(matches(selector, agentPod.spec.template.metadata.labels)).toBe(false);
     // the instances still reach each other (replication)
     expect(
@@ -577,18 +597,21 @@ describe('k8s/postgres/ (the PostgreSQL overlay)', () => {
     expect(job.spec.template.spec.automountServiceAccountToken).toBe(false);
     expect(job.spec.template.spec.restartPolicy).toBe('Never');
     // the adapter Service never sends it requests
-    const service = docs('adapter.yaml').find((d) => d.kind === 'Service');
+    const service = docs('base/adapter.yaml').find((d) => d.kind === 'Service');
     expect(matches(service.spec.selector, job.spec.template.metadata.labels)).toBe(false);
   });
 
   const kubectl = ['/usr/bin/kubectl', '/usr/local/bin/kubectl'].find((p) => existsSync(p));
   it.runIf(kubectl !== undefined)('builds with kustomize into what the checks above expect', () => {
-    const build = (path: string, ...flags: string[]): Doc[] =>
-      parseAllDocuments(
-        execFileSync(kubectl!, ['kustomize', ...flags, path], { encoding: 'utf8' }),
-      ).map((d) => d.toJS());
-    const out = build(join(k8s, dir), '--load-restrictor', 'LoadRestrictionsNone');
-    const baseOut = build(k8s);
+    // as `kubectl apply -k` builds: no flag (no --load-restrictor), and no cycle
+    const build = (path: string): Doc[] =>
+      parseAllDocuments(execFileSync(kubectl!, ['kustomize', path], { encoding: 'utf8' })).map(
+        (d) => d.toJS(),
+      );
+    const out = build(join(k8s, dir));
+    const baseOut = build(join(k8s, 'base'));
+    // the old entry point, k8s/, builds the base and nothing else
+    expect(build(k8s)).toEqual(baseOut);
     const ids = (objs: Doc[]) => objs.map((o) => `${o.kind}/${o.metadata.name}`).sort();
     // the base's objects but its claim, and the overlay's four
     expect(ids(out)).toEqual(

@@ -5,10 +5,10 @@
 # speaking only to the sidecars from inside the agent containers, as an agent runtime would:
 #   1. the start gate: with no adapter the sidecar is up, /readyz is 503 and the agent's runtime
 #      has not started; it starts once the adapter's HEALTHCHECK passes. The sidecar's probes as
-#      Kubernetes runs them (the exec commands of k8s/agent-pod.yaml, run with `podman exec` in
-#      the sidecar's container): the startup probe fails with no adapter and passes with it, the
-#      liveness probe passes throughout; and the healthcheck Podman makes of the pod's
-#      livenessProbe is that command and passes;
+#      Kubernetes runs them (the exec commands of k8s/base/agent-pod.yaml, run with `podman
+#      exec` in the sidecar's container): the startup probe fails with no adapter and passes
+#      with it, the liveness probe passes throughout; and the healthcheck Podman makes of the
+#      pod's livenessProbe is that command and passes;
 #   2. a message sent in engineering's pod is received and acked in qa's;
 #   3. the adapter stopped: a send answers 202 queued, and an emergency written in the pod lands
 #      in journald as priority CRIT; the adapter started again: the queued message arrives next
@@ -196,7 +196,7 @@ agent() {
     fail "agent-call $* in $who's agent container"
 }
 # probe KIND: the exec command of the sidecar's KIND (startupProbe, livenessProbe) in
-# k8s/agent-pod.yaml, the Kubernetes manifest, one argument a line
+# k8s/base/agent-pod.yaml, the Kubernetes manifest, one argument a line
 probe() {
   node -e '
     const yaml = require(process.argv[1]);
@@ -204,12 +204,12 @@ probe() {
     const spec = docs.map((d) => d.toJS()).find((d) => d.kind === "Deployment").spec.template.spec;
     const sidecar = spec.initContainers.find((c) => c.name === "gateway-sidecar");
     console.log(sidecar[process.argv[3]].exec.command.join("\n"));
-  ' "$ROOT/node_modules/yaml" "$ROOT/k8s/agent-pod.yaml" "$1"
+  ' "$ROOT/node_modules/yaml" "$ROOT/k8s/base/agent-pod.yaml" "$1"
 }
 mapfile -t STARTUP_PROBE < <(probe startupProbe)
 mapfile -t LIVENESS_PROBE < <(probe livenessProbe)
 [ "${STARTUP_PROBE[1]:-}" = wait-ready ] && [ "${LIVENESS_PROBE[1]:-}" = wait-ready ] ||
-  fail "k8s/agent-pod.yaml: the sidecar's probes are not exec of wait-ready"
+  fail "k8s/base/agent-pod.yaml: the sidecar's probes are not exec of wait-ready"
 # run_probe AGENT COMMAND...: the probe in AGENT's sidecar container, as the kubelet's exec does;
 # prints its exit status and how long it took
 run_probe() {
@@ -270,8 +270,8 @@ for _ in $(seq 50); do [ -S "$WORK/notify.sock" ] && break; sleep 0.1; done
 # as k8s/podman/agent-gateway-adapter.container runs it: read-only root, no capabilities, the
 # topology and the data volume mounted, journald's socket for its CRIT alerts, and the notify
 # socket passed into the container (Notify=true is --sdnotify=container). The topology is
-# examples/topology.yaml (k8s/topology.yaml ships placeholders), whose development tokens the
-# adapter takes only with AGW_ALLOW_DEV_TOKENS=1
+# examples/topology.yaml (k8s/base/topology.yaml ships placeholders), whose development tokens
+# the adapter takes only with AGW_ALLOW_DEV_TOKENS=1
 NOTIFY_SOCKET=$WORK/notify.sock podman create --name agent-gateway-adapter --network agents \
   --read-only --cap-drop all --security-opt no-new-privileges --sdnotify=container \
   -e AGW_ALLOW_DEV_TOKENS=1 \
