@@ -41,9 +41,11 @@ export async function startTestAdapter(
     emergencies?: Emergencies;
     /** AdapterOptions.storageProbeMs. */
     storageProbeMs?: number;
+    /** What the adapter is given instead of the store opened from `db` (which it wraps). */
+    wrapStore?: (store: Store) => Store;
   } = {},
 ): Promise<TestAdapter> {
-  const { topology = topologyObject(), ...rest } = opts;
+  const { topology = topologyObject(), wrapStore = (s: Store) => s, ...rest } = opts;
   const { dir, cleanup } = tempDir();
   const db = join(dir, 'adapter.db');
   const settings = AdapterSettingsSchema.parse({
@@ -77,7 +79,7 @@ export async function startTestAdapter(
   const adapter = await startAdapter({
     settings,
     topology: compiled,
-    store,
+    store: wrapStore(store),
     logger: pino({ level: 'silent' }),
     ...rest,
   });
