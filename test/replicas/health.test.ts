@@ -1,0 +1,45 @@
+/**
+ * /health on PostgreSQL asks the database each time: 200 while it answers at the schema version
+ * this adapter knows; 503 naming the version when the schema is another (a newer replica
+ * migrated it during a rolling update); 503 naming the database when it does not answer.
+ * An in-process adapter on a real database of its own.
+ */
+import pg from 'pg';
+import { afterEach, expect, it } from 'vitest';
+import { startTestAdapter } from '../helpers/adapter.js';
+import { call } from '../helpers/http.js';
+import { testDatabase } from '../helpers/pg.js';
+
+const stops: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const stop of stops.splice(0).reverse()) await stop();
+});
+
+it('turns 503 while the schema is at another version, and back to 200', async () => {
+  const db = await testDatabase();
+  stops.push(() => db.drop());
+  const a = await startTestAdapter({ db: db.url });
+  stops.push(() => a.stop());
+  expect((await call(a.url, 'GET', '/health')).status).toBe(200);
+  const admin = new pg.Client({ connectionString: db.url });
+  await admin.connect();
+  stops.push(() => admin.end());
+  const { rows } = await admin.query<{ v: number }>('SELECT max(version) AS v FROM agw_schema');
+  await admin.query('INSERT INTO agw_schema (version) VALUES ($1)', [rows[0]!.v + 1]);
+  const r = await call(a.url, 'GET', '/health');
+  expect(r.status).toBe(503);
+  expect(r.body.message).toMatch(/schema is at version \d+; this program knows \d+/);
+  await admin.query('DELETE FROM agw_schema WHERE version > $1', [rows[0]!.v]);
+  expect((await call(a.url, 'GET', '/health')).status).toBe(200);
+});
+
+it('turns 503 when the database does not answer', async () => {
+  const db = await testDatabase();
+  const a = await startTestAdapter({ db: db.url });
+  stops.push(() => a.stop());
+  expect((await call(a.url, 'GET', '/health')).status).toBe(200);
+  await db.drop(); // its connections are ended and it is gone
+  const r = await call(a.url, 'GET', '/health');
+  expect(r.status).toBe(503);
+  expect(r.body.message).toMatch(/^store: PostgreSQL does not answer/);
+});
