@@ -37,13 +37,16 @@ export interface ForwarderOptions {
 
 /** Whole-batch failures of the same head before the batch is halved, or a lone entry set aside. */
 const STRIKES = 3;
+/** How many times longer than its bytes an envelope may serialize, rounded up (see send). */
+const RAW_GROWTH = 6;
 /** Send requests to the adapter in flight at once; what arrives meanwhile waits for the next. */
 const FLYING = 2;
 
 /** A send waiting for a place in a request to the adapter. */
 interface Waiting {
   readonly key: string;
-  readonly body: string;
+  /** The envelope as it goes to the adapter: the agent's bytes, or serialized. */
+  readonly body: string | Buffer;
   readonly size: number;
   readonly resolve: (answer: SendAnswer) => void;
 }
@@ -92,11 +95,27 @@ export class Forwarder {
    * Sends one envelope, already checked and carrying its idempotency key; answers as
    * CONTRACT.md's sidecar section says. Sends that arrive while the adapter is busy with earlier
    * ones travel together in one batch request (see #pump); each is answered as if alone.
+   * `raw`: the envelope's bytes as the agent sent them (without `sender`), forwarded as they
+   * are when they are well within the adapter's bound. The adapter judges a batch entry's size
+   * on the entry serialized again, which can be longer than the bytes sent only through
+   * numbers spelled short (`9e15` serializes as 16 bytes; no number grows more than 5.25
+   * times); so bytes up to a sixth of the bound are within it either way, and larger ones are
+   * judged, and sent, serialized, as every envelope was before.
    */
-  send(envelope: Record<string, unknown> & { idempotency_key: string }): Promise<SendAnswer> {
+  send(
+    envelope: Record<string, unknown> & { idempotency_key: string },
+    raw?: Buffer,
+  ): Promise<SendAnswer> {
     const key = envelope.idempotency_key;
-    const body = JSON.stringify({ ...envelope, sender: undefined });
-    const size = Buffer.byteLength(body);
+    let body: string | Buffer;
+    let size: number;
+    if (raw !== undefined && raw.length * RAW_GROWTH <= this.maxMessageBytes) {
+      body = raw;
+      size = raw.length;
+    } else {
+      body = JSON.stringify({ ...envelope, sender: undefined });
+      size = Buffer.byteLength(body);
+    }
     if (size > this.maxMessageBytes) {
       const err = new GatewayError(
         'payload_too_large',
@@ -143,11 +162,7 @@ export class Forwarder {
   async #forward(batch: readonly Waiting[]): Promise<void> {
     let res: AdapterResponse;
     try {
-      res = await this.#call(
-        'POST',
-        '/v1/messages/batch',
-        `{"messages":[${batch.map((w) => w.body).join(',')}]}`,
-      );
+      res = await this.#call('POST', '/v1/messages/batch', batchBody(batch));
     } catch (err) {
       const after = err instanceof RetryableAnswer ? err.response.retryAfterS : undefined;
       for (const w of batch) w.resolve(this.#queue(w.key, w.body, after));
@@ -210,7 +225,11 @@ export class Forwarder {
   }
 
   /** One adapter call through the breaker; a retryable answer is thrown (and counted). */
-  async #call(method: 'GET' | 'POST', path: string, body?: string): Promise<AdapterResponse> {
+  async #call(
+    method: 'GET' | 'POST',
+    path: string,
+    body?: string | Buffer,
+  ): Promise<AdapterResponse> {
     const res = await this.#o.breaker.fire(async () => {
       const r = await this.#o.client.request(method, path, body);
       if (r.retryable) throw new RetryableAnswer(r);
@@ -222,9 +241,9 @@ export class Forwarder {
   }
 
   /** Into the outbox; the drain is due after `retryAfterS` when the adapter said so. */
-  #queue(key: string, body: string, retryAfterS?: number): SendAnswer {
+  #queue(key: string, body: string | Buffer, retryAfterS?: number): SendAnswer {
     const { outbox, emergencies } = this.#o;
-    const taken = outbox.enqueue(key, body);
+    const taken = outbox.enqueue(key, typeof body === 'string' ? body : body.toString('utf8'));
     if (taken === 'conflict') {
       const err = new GatewayError(
         'idempotency_conflict',
@@ -386,6 +405,21 @@ export class Forwarder {
       this.kick();
     }, wait);
   }
+}
+
+const BATCH_OPEN = Buffer.from('{"messages":[');
+const BATCH_COMMA = Buffer.from(',');
+const BATCH_CLOSE = Buffer.from(']}');
+
+/** The batch request's body for these sends: their envelopes' bytes, as they are. */
+function batchBody(batch: readonly Waiting[]): Buffer {
+  const parts: Buffer[] = [BATCH_OPEN];
+  batch.forEach((w, i) => {
+    if (i > 0) parts.push(BATCH_COMMA);
+    parts.push(typeof w.body === 'string' ? Buffer.from(w.body) : w.body);
+  });
+  parts.push(BATCH_CLOSE);
+  return Buffer.concat(parts);
 }
 
 /** A batch entry's Retry-After (`retry_after_s` of a 429), whole seconds; else undefined. */

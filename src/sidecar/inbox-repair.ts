@@ -54,6 +54,14 @@ export class InboxRepair {
   /** The adapter's lease as last seen: the length of a copy's lease. */
   #leaseMs = 30_000;
   #acks = 0;
+  /**
+   * True when the file is known to hold no gap, no held delivery and no open copy: the state
+   * of nearly every poll, which then needs none of the nine reads of them a poll made
+   * (issue 14). Set only after reading all three empty; whatever adds one of them (gapPage,
+   * hold) sets it false first, so it is never true wrongly; false is read again at the next
+   * poll, since acks, hand-overs and scans take them away.
+   */
+  #calm = false;
 
   constructor(file: SidecarFile, agent: string, client: Upstream) {
     this.#file = file;
@@ -66,16 +74,17 @@ export class InboxRepair {
    * the adapter's inbox for the rest of `max`, gaps scanned and filled in order.
    */
   async inbox(waitS: number, max: number, upstream: Poll): Promise<Answer> {
-    await this.#scan(max);
-    const out = this.#takeReady(max);
+    const calm = this.#isCalm();
+    if (!calm) await this.#scan(max);
+    const out = calm ? [] : this.#takeReady(max);
     if (out.length < max) {
       const answer = await upstream(out.length > 0 ? 0 : waitS, max - out.length);
       if (answer.status !== 200) return out.length > 0 ? render(out) : answer;
       const { deliveries } = JSON.parse(answer.body as string) as { deliveries: Delivery[] };
-      const gapsBefore = this.#file.gaps().length;
+      const gapsBefore = this.#gapCount();
       const first = out.length;
       await this.#take(deliveries, out);
-      if (this.#file.gaps().length > gapsBefore) {
+      if (this.#gapCount() > gapsBefore) {
         await this.#scan(max - out.length);
         out.push(...this.#takeReady(max - out.length));
       } else if (first === 0 && out.length === deliveries.length) {
@@ -98,7 +107,7 @@ export class InboxRepair {
     }
     const now = Date.now();
     const forget = ++this.#acks % 1000 === 0 ? now - ACKED_MEMORY_MS : undefined;
-    this.#file.markAcked(messages, now, forget);
+    if (messages.length > 0 || forget !== undefined) this.#file.markAcked(messages, now, forget);
     return splitLocal(ids);
   }
 
@@ -144,7 +153,7 @@ export class InboxRepair {
   /** Sorts the adapter's deliveries: acked before (ack upstream), held back, or handed over. */
   async #take(deliveries: readonly Delivery[], out: Delivery[]): Promise<void> {
     const ackUpstream: number[] = [];
-    const busy = this.#busyChannels();
+    const busy = this.#calm ? new Set<string>() : this.#busyChannels();
     const marks = new Map<string, number>();
     const now = Date.now();
     for (const d of deliveries) {
@@ -157,10 +166,12 @@ export class InboxRepair {
       }
       const last = marks.get(m.channel) ?? this.#file.handed(m.channel);
       if (!busy.has(m.channel) && last !== undefined && m.channel_sequence_id > last + 1) {
+        this.#calm = false;
         this.#file.gapPage(m.channel, [], last, m.channel_sequence_id);
         busy.add(m.channel);
       }
       if (busy.has(m.channel)) {
+        this.#calm = false;
         this.#file.hold(heldOf(d));
         continue;
       }
@@ -211,6 +222,7 @@ export class InboxRepair {
         }
         const last: number | undefined = page.messages.at(-1)?.channel_sequence_id;
         after = last === undefined || last >= gap.until - 1 ? undefined : last;
+        if (copies.length > 0 || after !== undefined) this.#calm = false;
         this.#file.gapPage(gap.channel, copies, after, gap.until);
       }
     }
@@ -264,6 +276,21 @@ export class InboxRepair {
     this.#file.handOver(leased, unheld);
     this.#file.setHanded(marks);
     return out;
+  }
+
+  /** Whether the file holds no gap, held delivery or open copy (read again unless known). */
+  #isCalm(): boolean {
+    if (!this.#calm) {
+      this.#calm =
+        this.#file.gaps().length === 0 &&
+        this.#file.heldAll().length === 0 &&
+        this.#file.openCopies().length === 0;
+    }
+    return this.#calm;
+  }
+
+  #gapCount(): number {
+    return this.#calm ? 0 : this.#file.gaps().length;
   }
 
   /** Channels where an adapter delivery must wait: a gap, a held delivery or a copy in them. */

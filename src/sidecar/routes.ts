@@ -84,8 +84,9 @@ export function sidecarRoutes(
       method: 'POST',
       path: '/v1/messages',
       who: 'agent',
-      body: json,
-      handler: ({ body }) => service.send(body),
+      // the bytes too: a checked envelope goes on to the adapter as it came (service.send)
+      body: { limit: MAX_BODY, parse: (raw: Buffer) => ({ value: parseJson(raw), raw }) },
+      handler: ({ body }) => service.send(body.value, body.raw),
     }),
     route({
       method: 'GET',

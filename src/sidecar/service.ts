@@ -48,13 +48,18 @@ export class SidecarService {
 
   /**
    * An envelope from the agent: given an idempotency key if it has none, checked (a bad one is
-   * never queued), then forwarded or queued.
+   * never queued), then forwarded or queued. `raw`: the bytes it came in (POST /v1/messages),
+   * which go on to the adapter as they are once the envelope is checked, rather than being
+   * serialized again (the MCP tools pass none).
    */
-  async send(value: unknown): Promise<Answer> {
+  async send(value: unknown, raw?: Buffer): Promise<Answer> {
     let v = value;
+    let bytes = raw;
     if (typeof v === 'object' && v !== null && !Array.isArray(v) && !('idempotency_key' in v)) {
       // time-ordered, so the adapter's key index stays local (bench/RESULTS.md, random keys)
-      v = { ...v, idempotency_key: uuidv7() };
+      const key = uuidv7();
+      v = { ...v, idempotency_key: key };
+      bytes = raw === undefined ? undefined : withKey(raw, key);
     }
     const envelope = parseEnvelope(v);
     const { agentId } = this.#o;
@@ -65,7 +70,12 @@ export class SidecarService {
         { field: 'sender' },
       );
     }
-    return this.#o.forwarder.send(v as Record<string, unknown> & { idempotency_key: string });
+    // the adapter hears an envelope without `sender`, as it always has: one that names it is
+    // serialized again without it (rare: the field is optional and must be the agent anyway)
+    return this.#o.forwarder.send(
+      v as Record<string, unknown> & { idempotency_key: string },
+      envelope.sender === undefined ? bytes : undefined,
+    );
   }
 
   /** Up to `max` deliveries, waiting up to `wait` s; gaps filled and acked ones left out. */
@@ -206,4 +216,25 @@ export class SidecarService {
     }
     return { status: res.status, body: res.body, retryAfterS: res.retryAfterS };
   }
+}
+
+/**
+ * A JSON object's bytes with `"idempotency_key": key` added as its last member, as
+ * `{ ...value, idempotency_key: key }` would serialize; undefined if the bytes are not one
+ * object (the caller then serializes the value).
+ */
+function withKey(raw: Buffer, key: string): Buffer | undefined {
+  let end = raw.length - 1;
+  while (end >= 0 && isJsonSpace(raw[end]!)) end--;
+  if (end < 0 || raw[end] !== 0x7d) return undefined; // '}'
+  let last = end - 1;
+  while (last >= 0 && isJsonSpace(raw[last]!)) last--;
+  if (last < 0) return undefined;
+  const empty = raw[last] === 0x7b; // '{': no member before it
+  const member = `${empty ? '' : ','}"idempotency_key":${JSON.stringify(key)}}`;
+  return Buffer.concat([raw.subarray(0, end), Buffer.from(member)]);
+}
+
+function isJsonSpace(b: number): boolean {
+  return b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
 }
