@@ -94,11 +94,11 @@ export class AlertFold {
     return this.#due.splice(0);
   }
 
-  /** The changed rows, written back in one statement. */
-  async save(): Promise<void> {
+  /** The changed rows, written back in one statement (sent with the COMMIT). */
+  save(): void {
     if (this.#changed.size === 0) return;
     const rows = [...this.#changed].map((k) => this.#rows.get(k)!);
-    await this.#tx.q('saveAlerts', [
+    this.#tx.write('saveAlerts', [
       rows.map((r) => r.recipient),
       rows.map((r) => r.reason),
       rows.map((r) => r.kind),

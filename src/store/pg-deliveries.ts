@@ -23,16 +23,18 @@ export interface DeliveryRow {
   attempt: number;
   priority: number;
   lease_expires_at?: number | null;
+  /** Its message's kind and message_id (null: the message is gone), for the alert it raises. */
+  kind?: string | null;
+  message_id?: string | null;
 }
 
-interface LaneRow {
-  channel: string;
-  critical: boolean;
-  head: number;
+/** A delivery that may be handed out now, with its message (readyLanes). */
+export interface ReadyRow {
   id: number;
   message: number;
-  state: DeliveryState;
-  available_at: number;
+  attempt: number;
+  body: string;
+  checksum: number;
 }
 
 export class PgDeliveries {
@@ -63,13 +65,15 @@ export class PgDeliveries {
     quiet: boolean,
   ): Promise<DeliveryState> {
     const depth = tx.agent(recipient);
+    const left = tx.toCome.get(recipient) ?? 1;
+    tx.toCome.set(recipient, left - 1);
     if (priority !== 0 && depth.critical >= this.#cfg.criticalCapacity) {
       return DeliveryState.deadLetter;
     }
     if (depth.depth >= this.#cfg.capacity) {
-      const victim = await tx.one<DeliveryRow>('oldestNormalPending', [recipient]);
+      const victim = await this.#victim(tx, recipient, left);
       if (victim !== undefined) {
-        await this.deadLetter(tx, victim, 'evicted', now);
+        this.deadLetter(tx, victim, 'evicted', now);
       } else if (priority === 0) {
         return DeliveryState.deadLetter;
       } else if (!quiet) {
@@ -79,16 +83,35 @@ export class PgDeliveries {
     return DeliveryState.pending;
   }
 
-  /** A delivery admitted and inserted: counted, or (dead at once) its dead letter written. */
-  async settle(
+  /**
+   * The oldest normal pending delivery of a recipient (its row locked), to evict. Read for
+   * the `left` deliveries the group may still add to it at once (up to 64); when they are used
+   * up, read again, behind every write sent before (this group's own deliveries are then
+   * candidates too). The ones read stay the oldest: the group adds only newer ones, and an op
+   * that changes the queue otherwise (lease, ack, nack, quarantine) drops them.
+   */
+  async #victim(tx: Tx, recipient: string, left: number): Promise<DeliveryRow | undefined> {
+    let list = tx.victims.get(recipient);
+    if (list === undefined || list.length === 0) {
+      const n = Math.min(Math.max(left, 1), 64);
+      list = await tx.q<DeliveryRow>('oldestNormalPending', [recipient, n]);
+      tx.victims.set(recipient, list);
+    }
+    return list.shift();
+  }
+
+  /**
+   * A delivery admitted and inserted: counted, or, dead at once, its dead letter (which the
+   * statement that inserted it wrote: insertMessages, insertDelivery) counted and alerted.
+   */
+  settle(
     tx: Tx,
-    d: { id: number; message: number; recipient: string; priority: number },
+    d: { recipient: string; priority: number; kind: string; messageId: string },
     state: DeliveryState,
     now: number,
-  ): Promise<void> {
+  ): void {
     if (state === DeliveryState.deadLetter) {
-      const row = { ...d, state, attempt: 0 };
-      await this.deadLetter(tx, row, 'queue_full', now);
+      this.#counted(tx, d.recipient, 'queue_full', d.kind, d.messageId, 0, now);
       return;
     }
     tx.bump(d.recipient, 1, d.priority);
@@ -97,38 +120,33 @@ export class PgDeliveries {
   }
 
   /**
-   * Up to `max` deliveries of an agent that may be handed out now, in hand-out order: each
-   * ready lane (critical lanes first, then by head) served from its head up to the first
-   * delivery that is leased or waiting for its retry (sqlite-deliveries.ts ready).
+   * Up to `max` deliveries of an agent that may be handed out now, in hand-out order, with
+   * their messages: each ready lane (critical lanes first, then by head) served from its head
+   * up to the first delivery that is leased or waiting for its retry (sqlite-deliveries.ts
+   * ready). `prefetched`: these rows, read in the group's first round trip.
    */
-  async ready(tx: Tx, agent: string, max: number, now: number) {
-    const out: { id: number; message: number }[] = [];
-    if (max <= 0) return out;
-    const rows = await tx.q<LaneRow>('readyLanes', [agent, now, max]);
-    let closed: string | undefined;
-    for (const r of rows) {
-      if (out.length >= max) break;
-      if (r.channel === closed) continue;
-      if (r.state !== DeliveryState.pending || r.available_at > now) {
-        closed = r.channel;
-        continue;
-      }
-      out.push({ id: r.id, message: r.message });
-    }
-    return out;
+  async ready(
+    tx: Tx,
+    agent: string,
+    max: number,
+    now: number,
+    prefetched?: ReadyRow[],
+  ): Promise<ReadyRow[]> {
+    if (max <= 0) return [];
+    return prefetched ?? (await tx.q<ReadyRow>('readyLanes', [agent, now, max]));
   }
 
-  /** Leases these deliveries until now + leaseMs; each one's attempt number, in order. */
-  async lease(tx: Tx, ids: readonly number[], now: number): Promise<number[]> {
-    if (ids.length === 0) return [];
-    const rows = await tx.q<{ id: number; attempt: number }>('lease', [
-      now + this.#cfg.leaseMs,
-      ids,
-    ]);
-    const attempts = new Map(rows.map((r) => [r.id, r.attempt]));
+  /** Leases these deliveries (read under their agent's lock) until now + leaseMs; attempts. */
+  lease(tx: Tx, rows: readonly { id: number; attempt: number }[], now: number): number[] {
+    if (rows.length === 0) return [];
+    const expires = now + this.#cfg.leaseMs;
+    const ids = rows.map((r) => r.id);
+    tx.write('lease', [expires, ids]);
+    tx.victims.clear();
     tx.fx.timingChanged = true;
-    return ids.map((id) => {
-      const attempt = attempts.get(id)!;
+    return rows.map((r) => {
+      const attempt = r.attempt + 1;
+      tx.changed(r.id, { state: DeliveryState.leased, attempt, lease_expires_at: expires });
       this.#stats.handedOut++;
       if (attempt > 1) this.#stats.redelivered++;
       return attempt;
@@ -137,6 +155,7 @@ export class PgDeliveries {
 
   async ack(tx: Tx, agent: string, ids: readonly number[]): Promise<OpResults['ack']> {
     const out: OpResults['ack'] = { acked: [], dead: [], unknown: [] };
+    tx.victims.delete(agent);
     const rows = await this.#own(tx, agent, ids);
     const toAck: number[] = [];
     rows.forEach((r, i) => {
@@ -152,7 +171,8 @@ export class PgDeliveries {
         out.acked.push(id);
       }
     });
-    if (toAck.length > 0) await tx.q('ackAll', [toAck]);
+    if (toAck.length > 0) tx.write('ackAll', [toAck]);
+    for (const id of toAck) tx.changed(id, { state: DeliveryState.acked, lease_expires_at: null });
     return out;
   }
 
@@ -165,6 +185,7 @@ export class PgDeliveries {
     reason: string | null = null,
   ): Promise<OpResults['nack']> {
     const out: OpResults['nack'] = { nacked: [], ignored: [], unknown: [] };
+    tx.victims.delete(agent);
     const rows = await this.#own(tx, agent, ids);
     const retries: [number, number][] = [];
     const done = new Set<number>();
@@ -174,12 +195,12 @@ export class PgDeliveries {
       else if (r.state !== DeliveryState.leased || done.has(id)) out.ignored.push(id);
       else {
         done.add(id);
-        if (retry) await this.failAttempt(tx, r, 'nacked', now, retries);
-        else await this.deadLetter(tx, r, 'rejected', now, reason);
+        if (retry) this.failAttempt(tx, r, 'nacked', now, retries);
+        else this.deadLetter(tx, r, 'rejected', now, reason);
         out.nacked.push(id);
       }
     }
-    await this.retryLater(tx, retries);
+    this.retryLater(tx, retries);
     return out;
   }
 
@@ -200,7 +221,8 @@ export class PgDeliveries {
       });
     }
     const expires = now + extendMs;
-    if (ids.length > 0) await tx.q('extendLeases', [expires, ids]);
+    if (ids.length > 0) tx.write('extendLeases', [expires, ids]);
+    for (const id of ids) tx.changed(id, { lease_expires_at: expires });
     tx.fx.timingChanged = true;
     const at = new Date(expires).toISOString();
     return ids.map((id) => ({ delivery_id: id, lease_expires_at: at }));
@@ -208,24 +230,25 @@ export class PgDeliveries {
 
   /** A delivery whose message failed its checksum: to the dead letters (`integrity`). */
   async quarantine(tx: Tx, id: number, now: number): Promise<void> {
-    const r = await tx.one<DeliveryRow>('deliveries', [[id]]);
+    const [r] = await tx.deliveries([id]);
+    tx.victims.clear();
     if (r !== undefined && r.state !== DeliveryState.deadLetter)
-      await this.deadLetter(tx, r, 'integrity', now);
+      this.deadLetter(tx, r, 'integrity', now);
   }
 
   /**
    * A failed attempt: dead-lettered after the last, else ready again after its backoff (added
    * to `retries`, written by retryLater in one statement).
    */
-  async failAttempt(
+  failAttempt(
     tx: Tx,
     r: DeliveryRow,
     reason: 'lease_expired' | 'nacked',
     now: number,
     retries: [number, number][],
-  ): Promise<void> {
+  ): void {
     if (r.attempt >= 1 + this.#cfg.maxRetries) {
-      await this.deadLetter(tx, r, reason, now);
+      this.deadLetter(tx, r, reason, now);
       return;
     }
     const jitter = 0.75 + 0.5 * this.#cfg.random();
@@ -234,42 +257,51 @@ export class PgDeliveries {
     tx.fx.timingChanged = true;
   }
 
-  async retryLater(tx: Tx, retries: readonly [number, number][]): Promise<void> {
+  retryLater(tx: Tx, retries: readonly [number, number][]): void {
     if (retries.length === 0) return;
-    await tx.q('retryLater', [retries.map((r) => r[0]), retries.map((r) => r[1])]);
+    tx.write('retryLater', [retries.map((r) => r[0]), retries.map((r) => r[1])]);
+    for (const [id] of retries) {
+      tx.changed(id, { state: DeliveryState.pending, lease_expires_at: null });
+    }
   }
 
-  async deadLetter(
+  /** A dead letter: written (not waited for), counted, and alerted unless an alert's. */
+  deadLetter(
     tx: Tx,
     r: DeliveryRow,
     reason: DeadLetterReason,
     now: number,
     note: string | null = null,
-  ): Promise<void> {
+  ): void {
     const open = r.state !== DeliveryState.deadLetter;
-    const m = await tx.one<{ kind: string; message_id: string }>('deadLetter', [
-      r.id,
-      r.message,
-      r.recipient,
-      reason,
-      r.attempt,
-      now,
-      note,
-      open,
-    ]);
-    if (open) tx.bump(r.recipient, -1, -r.priority);
+    tx.write('deadLetter', [r.id, r.message, r.recipient, reason, r.attempt, now, note, open]);
+    if (open) {
+      tx.bump(r.recipient, -1, -r.priority);
+      tx.changed(r.id, { state: DeliveryState.deadLetter, lease_expires_at: null });
+    }
+    this.#counted(tx, r.recipient, reason, r.kind ?? null, r.message_id ?? null, r.attempt, now);
+  }
+
+  #counted(
+    tx: Tx,
+    recipient: string,
+    reason: DeadLetterReason,
+    kind: string | null,
+    messageId: string | null,
+    attempt: number,
+    now: number,
+  ): void {
     this.#stats.deadLetters[reason]++;
-    // An alert that dead-letters raises no alert of its own: that way lies a loop.
-    if (m !== undefined && !m.kind.startsWith(ADAPTER_KIND_PREFIX)) {
-      tx.raise(r.recipient, reason, m.message_id, r.attempt, now);
+    // An alert that dead-letters raises no alert of its own: that way lies a loop. (kind null:
+    // the message is gone, as the dead letter's own read of it would find.)
+    if (kind !== null && messageId !== null && !kind.startsWith(ADAPTER_KIND_PREFIX)) {
+      tx.raise(recipient, reason, messageId, attempt, now);
     }
   }
 
   async #own(tx: Tx, agent: string, ids: readonly number[]): Promise<(DeliveryRow | undefined)[]> {
     if (ids.length === 0) return [];
-    const rows = await tx.q<DeliveryRow>('deliveries', [ids]);
-    const byId = new Map(rows.map((r) => [r.id, r]));
-    const found = ids.map((id) => byId.get(id));
+    const found = await tx.deliveries(ids);
     const foreign = found.find((r) => r !== undefined && r.recipient !== agent);
     if (foreign !== undefined) {
       throw new GatewayError('not_your_delivery', `delivery ${foreign.id} is not ${agent}'s`, {

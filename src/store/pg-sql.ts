@@ -134,8 +134,9 @@ export const PG_MIGRATIONS: readonly string[] = [
   `,
 ];
 
-/** Delivery columns most statements read. */
-const DELIVERY_ROW = 'id, message, recipient, state, attempt, priority, lease_expires_at';
+/** Delivery columns most statements read (d), with their message's kind and id (m). */
+const DELIVERY_ROW =
+  'd.id, d.message, d.recipient, d.state, d.attempt, d.priority, d.lease_expires_at, m.kind, m.message_id';
 
 export const PG_SQL = {
   // schema
@@ -200,26 +201,49 @@ export const PG_SQL = {
     FROM messages
     WHERE (sender, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
   findByKey: 'SELECT 1 FROM messages WHERE sender = $1 AND idempotency_key = $2',
-  /** A message and its deliveries (pending or, for a queue_full copy, dead), one statement. */
-  insertMessage: `
+  /**
+   * Messages (in the order given), their deliveries (in the order given: each message's in
+   * recipient order, pending or, for a queue_full copy, dead), and the dead letters of those
+   * copies: one statement for the appends of a group, which answers nothing (it is sent without
+   * waiting). The ids are drawn as it runs, in those orders (nextval is evaluated above the
+   * sort), after the group's locks, so inside a channel they follow sequence order.
+   */
+  insertMessages: `
     WITH m AS (
       INSERT INTO messages
         (message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
          received_at, body, checksum, size, thread_id, hop)
-      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-      RETURNING id
+      SELECT message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
+             received_at, body, checksum, size, thread_id, hop
+      FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bytea[],
+                  $7::text[], $8::smallint[], $9::bigint[], $10::text[], $11::bigint[],
+                  $12::bigint[], $13::text[], $14::int[])
+        WITH ORDINALITY AS u(message_id, channel, seq, sender, idempotency_key, fingerprint,
+                             kind, priority, received_at, body, checksum, size, thread_id, hop, n)
+      ORDER BY n
+      RETURNING id, message_id, channel, priority, received_at
     ), d AS (
       INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
-      SELECT m.id, r.recipient, $2, $8, r.state, $9
-      FROM m, unnest($15::text[], $16::smallint[]) WITH ORDINALITY AS r(recipient, state, n)
+      SELECT m.id, r.recipient, m.channel, m.priority, r.state, m.received_at
+      FROM unnest($15::text[], $16::text[], $17::smallint[])
+        WITH ORDINALITY AS r(message_id, recipient, state, n)
+      JOIN m ON m.message_id = r.message_id
       ORDER BY r.n
-      RETURNING id, recipient
+      RETURNING id, message, recipient, state, available_at
     )
-    SELECT (SELECT id FROM m) AS id, coalesce(json_agg(json_build_array(d.recipient, d.id)), '[]') AS deliveries
-    FROM d`,
+    INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at)
+    SELECT id, message, recipient, 'queue_full', 0, available_at FROM d WHERE state = 3
+    ORDER BY id`,
+  /** A replayed copy, and its dead letter if it is dead at once (queue_full). */
   insertDelivery: `
-    INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
-    VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+    WITH d AS (
+      INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
+      VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, message, recipient, state
+    ), dl AS (
+      INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at)
+      SELECT id, message, recipient, 'queue_full', 0, $6 FROM d WHERE state = 3
+    )
+    SELECT id FROM d`,
 
   // reads
   channelMessages: `
@@ -231,7 +255,6 @@ export const PG_SQL = {
           WHERE channel = $1 AND seq > $2 AND id <> ALL($3::bigint[]) ORDER BY seq LIMIT $4) m
     JOIN deliveries d ON d.message = m.id
     WHERE d.recipient = $5 ORDER BY d.id`,
-  messageBodies: 'SELECT id, body, checksum FROM messages WHERE id = ANY($1::bigint[])',
   messageWhere: 'SELECT id, message_id, channel FROM messages WHERE id = ANY($1::bigint[])',
   messageById: `
     SELECT id, body, checksum, sender FROM messages WHERE received_at = $1 AND message_id = $2`,
@@ -262,66 +285,85 @@ export const PG_SQL = {
       (SELECT min(at) FROM alert_events)) AS due`,
 
   // deliveries
+  /** The $2 oldest normal pending deliveries of an agent: the next to evict, in order. */
   oldestNormalPending: `
-    SELECT ${DELIVERY_ROW} FROM deliveries
-    WHERE recipient = $1 AND state = 0 AND priority = 0 ORDER BY id LIMIT 1`,
+    SELECT ${DELIVERY_ROW}
+    FROM (SELECT * FROM deliveries
+          WHERE recipient = $1 AND state = 0 AND priority = 0 ORDER BY id LIMIT $2) d
+    LEFT JOIN messages m ON m.id = d.message
+    ORDER BY d.id`,
   /**
-   * The lanes of one agent whose first open delivery is ready, critical lanes first, then by
-   * their head (SQLite's readyLanes), each with up to $3 of its open deliveries from the head
-   * on: the caller serves each lane up to its first delivery that is not ready.
+   * Up to $3 deliveries of one agent that may be handed out now ($2), in hand-out order, with
+   * their messages: the lanes whose first open delivery is ready, critical lanes first, then
+   * by their head (SQLite's readyLanes), each served from its head up to its first delivery
+   * that is leased or waiting for a retry.
    */
   readyLanes: `
-    WITH h AS (
-      SELECT channel, min(id) AS head FROM deliveries
-      WHERE recipient = $1 AND state IN (0, 1) GROUP BY channel
+    WITH RECURSIVE h AS (
+      -- the head of each lane: one probe of deliveries_lanes per channel, not a scan of the
+      -- whole queue
+      (SELECT channel, id, state, available_at FROM deliveries
+       WHERE recipient = $1 AND state IN (0, 1) ORDER BY channel, id LIMIT 1)
+      UNION ALL
+      SELECT n.channel, n.id, n.state, n.available_at FROM h CROSS JOIN LATERAL (
+        SELECT channel, id, state, available_at FROM deliveries
+        WHERE recipient = $1 AND state IN (0, 1) AND channel > h.channel
+        ORDER BY channel, id LIMIT 1) n
     ), r AS (
-      SELECT h.channel, h.head,
+      SELECT h.channel, h.id AS head,
         EXISTS (SELECT 1 FROM deliveries c WHERE c.recipient = $1 AND c.channel = h.channel
                 AND c.state = 0 AND c.priority = 1) AS critical
-      FROM h JOIN deliveries d ON d.id = h.head
-      WHERE d.state = 0 AND d.available_at <= $2
+      FROM h WHERE h.state = 0 AND h.available_at <= $2
+    ), l AS (
+      SELECT r.critical, r.head, l.id, l.message, l.attempt
+      FROM r CROSS JOIN LATERAL (
+        SELECT q.id, q.message, q.attempt,
+          bool_and(q.state = 0 AND q.available_at <= $2) OVER (ORDER BY q.id) AS ready
+        FROM (SELECT id, message, attempt, state, available_at FROM deliveries
+              WHERE recipient = $1 AND channel = r.channel AND state IN (0, 1) AND id >= r.head
+              ORDER BY id LIMIT $3) q) l
+      WHERE l.ready
+      ORDER BY r.critical DESC, r.head, l.id
+      LIMIT $3
     )
-    SELECT r.channel, r.critical, r.head, l.id, l.message, l.state, l.available_at
-    FROM r CROSS JOIN LATERAL (
-      SELECT id, message, state, available_at FROM deliveries
-      WHERE recipient = $1 AND channel = r.channel AND state IN (0, 1) AND id >= r.head
-      ORDER BY id LIMIT $3) l
-    ORDER BY r.critical DESC, r.head, l.id`,
+    SELECT l.id, l.message, l.attempt, m.body, m.checksum
+    FROM l JOIN messages m ON m.id = l.message
+    ORDER BY l.critical DESC, l.head, l.id`,
   lease: `
     UPDATE deliveries SET state = 1, attempt = attempt + 1, lease_expires_at = $1
-    WHERE id = ANY($2::bigint[]) RETURNING id, attempt`,
-  deliveries: `SELECT ${DELIVERY_ROW} FROM deliveries WHERE id = ANY($1::bigint[])`,
+    WHERE id = ANY($2::bigint[])`,
+  deliveries: `
+    SELECT ${DELIVERY_ROW} FROM deliveries d LEFT JOIN messages m ON m.id = d.message
+    WHERE d.id = ANY($1::bigint[])`,
   extendLeases: 'UPDATE deliveries SET lease_expires_at = $1 WHERE id = ANY($2::bigint[])',
   ackAll: `
     UPDATE deliveries SET state = 2, lease_expires_at = NULL WHERE id = ANY($1::bigint[])`,
   retryLater: `
     UPDATE deliveries d SET state = 0, available_at = u.at, lease_expires_at = NULL
     FROM unnest($1::bigint[], $2::bigint[]) AS u(id, at) WHERE d.id = u.id`,
-  /** A dead letter: the delivery's state (if still open), its row, and what its alert names. */
+  /** A dead letter: the delivery's state (if still open) and its row. */
   deadLetter: `
     WITH s AS (
-      UPDATE deliveries SET state = 3, lease_expires_at = NULL WHERE id = $1 AND $8
-    ), dl AS (
-      INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at, note)
-      VALUES ($1, $2, $3, $4, $5, $6, $7)
+      UPDATE deliveries SET state = 3, lease_expires_at = NULL WHERE id = $1 AND $8::boolean
     )
-    SELECT kind, message_id FROM messages WHERE id = $2`,
+    INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at, note)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)`,
   expiredLeases: `
     SELECT id, recipient FROM deliveries
     WHERE state = 1 AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2`,
   /** The candidates again, under their agents' locks: still leased and expired. */
   expiredLocked: `
-    SELECT ${DELIVERY_ROW} FROM deliveries
-    WHERE id = ANY($1::bigint[]) AND recipient = ANY($2::text[]) AND state = 1
-      AND lease_expires_at <= $3
-    ORDER BY lease_expires_at, id`,
+    SELECT ${DELIVERY_ROW} FROM deliveries d LEFT JOIN messages m ON m.id = d.message
+    WHERE d.id = ANY($1::bigint[]) AND d.recipient = ANY($2::text[]) AND d.state = 1
+      AND d.lease_expires_at <= $3
+    ORDER BY d.lease_expires_at, d.id`,
   deadLetterOne: `
     SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
-           m.channel
+           m.channel, m.kind
     FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = $1`,
   deadLetterLocked: `
     SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
-           m.channel
+           m.channel, m.kind
     FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = $1
     FOR UPDATE OF dl`,
   markReplayed: 'UPDATE dead_letters SET replay_delivery = $1 WHERE id = $2',
@@ -334,7 +376,8 @@ export const PG_SQL = {
     SELECT id, message_id, channel, sender, coalesce(thread_id, message_id) AS thread_id, hop
     FROM messages WHERE channel = $1 AND seq = $2`,
   hadDelivery: 'SELECT 1 FROM deliveries WHERE message = $1 AND recipient = $2 LIMIT 1',
-  threadCount: 'SELECT count FROM threads WHERE thread_id = $1',
+  /** The counts of threads this transaction holds the locks of. */
+  threadCounts: 'SELECT thread_id, count FROM threads WHERE thread_id = ANY($1::text[])',
   countThread: `
     INSERT INTO threads (thread_id, count, last_at) VALUES ($1, $2, $3)
     ON CONFLICT (thread_id) DO UPDATE SET count = excluded.count, last_at = excluded.last_at`,

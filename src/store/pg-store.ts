@@ -16,7 +16,7 @@ import { PAGE_ITEM_OVERHEAD } from '../protocol/limits.js';
 import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
 import { DELIVERY_FIELDS_BYTES } from './page-bytes.js';
 import { AlertFold } from './pg-alerts.js';
-import { type DeliveryRow, PgDeliveries } from './pg-deliveries.js';
+import { type DeliveryRow, PgDeliveries, type ReadyRow } from './pg-deliveries.js';
 import { PG_MIGRATIONS, PG_SQL, type PgStatement } from './pg-sql.js';
 import { PgThreads } from './pg-threads.js';
 import { type AlertEvent, keyOf, Tx } from './pg-tx.js';
@@ -88,6 +88,7 @@ interface DeadRow extends BodyRow {
 
 interface DeadOne {
   id: number;
+  kind: string;
   channel: string;
   message: number;
   recipient: string;
@@ -240,7 +241,7 @@ export class PgStore implements Store {
     const main = ops.flatMap((op, i) => (op.op === 'sweep' || op.op === 'prune' ? [] : [i]));
     let raised = false;
     if (main.length > 0) {
-      const tx = await this.#transaction(async (tx) => {
+      const tx = await this.#transaction(true, async (tx) => {
         await this.#lockGroup(
           tx,
           main.map((i) => ops[i]!),
@@ -288,35 +289,36 @@ export class PgStore implements Store {
 
   /**
    * Runs `body` in a transaction on the commit connection: BEGIN, body, the agents rows and
-   * alert events and announcement (Tx.finish), COMMIT. A race lost to another replica
+   * alert events and announcement (Tx.finish), COMMIT; `generic`: with the prepared statements'
+   * generic plans (the group's, pg-tx.ts). A race lost to another replica
    * (serialization failure, deadlock, a unique key taken) is tried again whole, from a fresh
    * Tx, with the counters of memory as they were; a failure of the storage itself is a
    * StorageFailure.
    */
-  async #transaction(body: (tx: Tx) => Promise<void>): Promise<Tx> {
+  async #transaction(generic: boolean, body: (tx: Tx) => Promise<void>): Promise<Tx> {
     for (let attempt = 1; ; attempt++) {
       const counted = { ...this.stats, deadLetters: { ...this.stats.deadLetters } };
       const unreported = new Set(this.#unreported);
       const client = await this.#commitClient();
-      const tx = new Tx(client);
+      const tx = new Tx(client, generic);
       try {
-        await client.query('BEGIN');
         await body(tx);
-        await tx.finish(wakePayload(this.instance, tx.fx.woken, tx.fx.timingChanged));
+        tx.finish(wakePayload(this.instance, tx.fx.woken, tx.fx.timingChanged));
         // A transaction that wrote a message waits for its WAL flush (and a synchronous
         // standby's) at AGW_SYNC=full; the others do not, and the next one that does flushes
         // theirs too (docs/design/durability.md).
-        const durable = this.#messageSync === 'full' && tx.wroteMessage;
-        await client.query(durable ? 'COMMIT' : 'SET LOCAL synchronous_commit = off; COMMIT');
+        await tx.commit(this.#messageSync === 'full' && tx.wroteMessage);
         for (const id of tx.created) this.#known.add(id);
         this.#usedAdded += tx.addedBytes;
         return tx;
       } catch (err) {
         Object.assign(this.stats, counted);
         this.#unreported = unreported;
-        await client.query('ROLLBACK').catch(() => {
-          this.#clientBroken = true;
-        });
+        if (tx.begun) {
+          await client.query('ROLLBACK').catch(() => {
+            this.#clientBroken = true;
+          });
+        }
         if (isConnectionLoss(err)) this.#clientBroken = true;
         const code = (err as { code?: unknown }).code;
         if (typeof code === 'string' && RETRIED.has(code) && attempt < MAX_TRIES) continue;
@@ -330,7 +332,9 @@ export class PgStore implements Store {
     const old = this.#client;
     this.#client = undefined;
     if (old !== undefined) await old.end().catch(() => undefined);
-    const c = new pg.Client({ ...this.#config, application_name: 'agw-commit' });
+    // pipelined: a transaction's statements are sent without waiting for the ones before
+    // (pg-tx.ts), so a group costs a few round trips whatever its size
+    const c = new pg.Client({ ...this.#config, application_name: 'agw-commit', pipeline: true });
     c.on('error', () => {
       this.#clientBroken = true;
     });
@@ -355,41 +359,98 @@ export class PgStore implements Store {
     const channels = new Set<string>();
     const agents = new Set<string>();
     const drafts: MessageDraft[] = [];
-    for (const op of ops) {
+    /** Agents whose deliveries an op of the group changes, with the number of such ops. */
+    const touched = new Map<string, number>();
+    const touch = (a: string) => touched.set(a, (touched.get(a) ?? 0) + 1);
+    const rows: number[] = [];
+    let appends = false;
+    // dead letters do not change but for replay_delivery: read before any lock, all at once
+    const replays = await Promise.all(
+      ops.map((op) =>
+        op.op === 'replay_dead_letter' ? tx.one<DeadOne>('deadLetterOne', [op.id]) : undefined,
+      ),
+    );
+    for (const [i, op] of ops.entries()) {
       switch (op.op) {
         case 'append':
+          appends ||= op.drafts.length > 0;
           for (const d of op.drafts) {
             channels.add(d.channel);
             agents.add(d.sender);
-            for (const r of d.recipients) agents.add(r);
+            for (const r of d.recipients) {
+              agents.add(r);
+              touch(r);
+              tx.toCome.set(r, (tx.toCome.get(r) ?? 0) + 1);
+            }
             if ((d.replyToId ?? null) !== null || d.replyTo !== null) drafts.push(d);
           }
           break;
-        case 'lease':
         case 'ack':
         case 'nack':
         case 'extend':
+          rows.push(...op.ids);
+          agents.add(op.agent);
+          if (op.op !== 'extend') touch(op.agent);
+          break;
+        case 'lease':
+          touch(op.agent);
+          agents.add(op.agent);
+          break;
         case 'heartbeat':
           agents.add(op.agent);
           break;
         case 'replay_dead_letter': {
-          // dead letters do not change but for replay_delivery: read before any lock
-          const dl = await tx.one<DeadOne>('deadLetterOne', [op.id]);
-          if (dl !== undefined) agents.add(dl.recipient);
+          const dl = replays[i];
+          if (dl !== undefined) {
+            agents.add(dl.recipient);
+            touch(dl.recipient);
+          }
           break;
         }
         default:
           break;
       }
     }
-    await tx.lockChannels(channels);
-    await tx.lockAgents(agents, this.#known);
-    // every key of the group at once, now that its senders are locked
-    const keys = ops.flatMap((op) =>
-      op.op === 'append' ? op.drafts.map((d) => [d.sender, d.idempotencyKey] as const) : [],
+    // One round trip: the statements below are sent at once and run in this order. The
+    // channels, then the agents rows; every key of the group, now that its senders are locked;
+    // the deliveries its acks, nacks and extensions name; the ready deliveries of each lease
+    // whose agent no other op of the group changes (a lease after an append to its agent reads
+    // them later, behind that append's writes); the messages its replies name.
+    const reads: Promise<unknown>[] = [tx.lockChannels(channels)];
+    reads.push(tx.lockAgents(agents, this.#known));
+    reads.push(
+      tx.loadKeys(
+        ops.flatMap((op) =>
+          op.op === 'append' ? op.drafts.map((d) => [d.sender, d.idempotencyKey] as const) : [],
+        ),
+      ),
     );
-    await tx.loadKeys(keys);
-    if (drafts.length > 0) await tx.lockThreads((await this.#threads.threadsOf(tx, drafts)).sort());
+    if (appends && performance.now() - this.#usedAt >= USED_EVERY_MS) {
+      const at = performance.now();
+      reads.push(
+        tx.one<{ used: number }>('storedBytes').then((r) => {
+          this.#usedBase = r?.used ?? 0;
+          this.#usedAdded = 0;
+          this.#usedAt = at;
+        }),
+      );
+    }
+    if (rows.length > 0) reads.push(tx.readDeliveries([...new Set(rows)]));
+    for (const op of ops) {
+      if (op.op === 'lease' && op.max > 0 && touched.get(op.agent) === 1) {
+        const q = tx.q<ReadyRow>('readyLanes', [op.agent, op.now, op.max]);
+        reads.push(q.then((r) => tx.lanes.set(op, r)));
+      }
+    }
+    const threads = drafts.length > 0 ? this.#threads.threadsOf(tx, drafts) : undefined;
+    if (threads !== undefined) reads.push(threads);
+    await Promise.all(reads);
+    if (threads !== undefined) {
+      // then their threads (sorted) and what their budgets count: a second round trip
+      const ids = [...new Set(await threads)].sort();
+      tx.lockThreads(ids);
+      await this.#threads.loadCounts(tx, ids);
+    }
   }
 
   /** An agents row this transaction did not lock up front (a rare race): locked now. */
@@ -415,7 +476,7 @@ export class PgStore implements Store {
         return out;
       }
       case 'lease':
-        return await this.#lease(tx, op.agent, op.max, op.now, op.maxBytes);
+        return await this.#lease(tx, op, op.agent, op.max, op.now, op.maxBytes);
       case 'ack':
         return await this.#deliveries.ack(tx, op.agent, op.ids);
       case 'nack':
@@ -486,24 +547,27 @@ export class PgStore implements Store {
     for (const r of d.recipients) {
       states.push(await this.#deliveries.admit(tx, r, id, priority, d.receivedAt, quiet));
     }
-    const row = (await tx.one<{ id: number; deliveries: [string, number][] }>('insertMessage', [
-      id,
-      d.channel,
-      seq,
-      d.sender,
-      d.idempotencyKey,
-      d.fingerprint,
-      d.kind,
-      priority,
-      d.receivedAt,
-      body,
-      crc32(body),
-      size,
-      placed.threadId,
-      placed.hop,
+    // sent with the group's next statement, not waited for
+    tx.insertMessage(
+      [
+        id,
+        d.channel,
+        seq,
+        d.sender,
+        d.idempotencyKey,
+        d.fingerprint,
+        d.kind,
+        priority,
+        d.receivedAt,
+        body,
+        crc32(body),
+        size,
+        placed.threadId,
+        placed.hop,
+      ],
       d.recipients,
       states,
-    ]))!;
+    );
     tx.keys.set(keyOf(d.sender, d.idempotencyKey), {
       message_id: id,
       channel: d.channel,
@@ -513,15 +577,14 @@ export class PgStore implements Store {
       thread_id: a.thread_id,
       hop: a.hop,
     });
-    await this.#threads.record(tx, placed, d.receivedAt);
+    this.#threads.record(tx, placed, d.receivedAt);
     const sender = tx.agent(d.sender);
     sender.bytes = (sender.bytes ?? 0) + size;
     sender.dirty = true;
     tx.addedBytes += size;
-    const ids = new Map(row.deliveries.map(([r, dId]) => [r, dId]));
-    for (const [i, r] of d.recipients.entries()) {
-      const delivery = { id: ids.get(r)!, message: row.id, recipient: r, priority };
-      await this.#deliveries.settle(tx, delivery, states[i]!, d.receivedAt);
+    for (const [i, recipient] of d.recipients.entries()) {
+      const delivery = { recipient, priority, kind: d.kind, messageId: id };
+      this.#deliveries.settle(tx, delivery, states[i]!, d.receivedAt);
     }
     return { status: 201, assignment: a };
   }
@@ -565,44 +628,42 @@ export class PgStore implements Store {
    */
   async #lease(
     tx: Tx,
+    op: StoreOp,
     agent: string,
     max: number,
     now: number,
     maxBytes = Number.POSITIVE_INFINITY,
   ): Promise<DeliveryJson[]> {
     await this.#reportFinds(tx, now);
+    // read in the group's first round trip when nothing before it changed this agent's queue
+    let prefetched = tx.lanes.get(op);
+    tx.lanes.delete(op);
     for (;;) {
-      const ready = await this.#deliveries.ready(tx, agent, max, now);
+      const ready = await this.#deliveries.ready(tx, agent, max, now, prefetched);
+      prefetched = undefined;
       if (ready.length === 0) return [];
-      const handed: { id: number; json: string }[] = [];
+      const handed: { row: ReadyRow; json: string }[] = [];
       let quarantined = 0;
       let bytes = 0;
-      let full = false;
-      for (let at = 0; at < ready.length && !full; at += 32) {
-        const chunk = ready.slice(at, at + 32);
-        const rows = await tx.q<BodyRow>('messageBodies', [chunk.map((r) => r.message)]);
-        const byId = new Map(rows.map((r) => [r.id, r]));
-        for (const r of chunk) {
-          const row = byId.get(r.message)!;
-          if (!this.#intact(row, false)) {
-            await this.#deliveries.quarantine(tx, r.id, now);
-            quarantined++;
-            continue;
-          }
-          const json = withThreadFields(row.body);
-          bytes += Buffer.byteLength(json) + DELIVERY_FIELDS_BYTES;
-          if (handed.length > 0 && bytes > maxBytes) {
-            full = true;
-            break;
-          }
-          handed.push({ id: r.id, json });
+      for (const r of ready) {
+        if (!this.#intact({ id: r.message, body: r.body, checksum: r.checksum }, false)) {
+          await this.#deliveries.quarantine(tx, r.id, now);
+          quarantined++;
+          continue;
         }
+        const json = withThreadFields(r.body);
+        bytes += Buffer.byteLength(json) + DELIVERY_FIELDS_BYTES;
+        if (handed.length > 0 && bytes > maxBytes) break;
+        handed.push({ row: r, json });
       }
       if (handed.length === 0 && quarantined > 0) continue;
-      const ids = handed.map((h) => h.id);
-      const attempts = await this.#deliveries.lease(tx, ids, now);
+      const attempts = this.#deliveries.lease(
+        tx,
+        handed.map((h) => h.row),
+        now,
+      );
       const expires = now + this.#deliveries.leaseMs;
-      return handed.map((h, i) => deliveryJson(h.id, attempts[i]!, expires, h.json));
+      return handed.map((h, i) => deliveryJson(h.row.id, attempts[i]!, expires, h.json));
     }
   }
 
@@ -645,9 +706,15 @@ export class PgStore implements Store {
       state,
       now,
     ]))!;
-    const d = { id: delivery, message: dl.message, recipient: dl.recipient, priority: dl.priority };
-    await this.#deliveries.settle(tx, d, state, now);
-    await tx.q('markReplayed', [delivery, id]);
+    tx.inserted++;
+    const d = {
+      recipient: dl.recipient,
+      priority: dl.priority,
+      kind: dl.kind,
+      messageId: dl.message_id,
+    };
+    this.#deliveries.settle(tx, d, state, now);
+    tx.write('markReplayed', [delivery, id]);
     tx.wroteMessage = true;
     return { delivery_id: delivery, replayed: true };
   }
@@ -662,7 +729,7 @@ export class PgStore implements Store {
     let first = true;
     for (;;) {
       let more = false;
-      const tx = await this.#transaction(async (tx) => {
+      const tx = await this.#transaction(false, async (tx) => {
         if (first) await this.#reportFinds(tx, now);
         const found = await tx.q<{ id: number; recipient: string }>('expiredLeases', [
           now,
@@ -680,10 +747,8 @@ export class PgStore implements Store {
           now,
         ]);
         const retries: [number, number][] = [];
-        for (const r of rows) {
-          await this.#deliveries.failAttempt(tx, r, 'lease_expired', now, retries);
-        }
-        await this.#deliveries.retryLater(tx, retries);
+        for (const r of rows) this.#deliveries.failAttempt(tx, r, 'lease_expired', now, retries);
+        this.#deliveries.retryLater(tx, retries);
         more = found.length === SWEEP_CHUNK && rows.length > 0;
       });
       first = false;
@@ -700,9 +765,9 @@ export class PgStore implements Store {
    */
   async #prune(before: number, keep: readonly string[], limit: number): Promise<number> {
     let n = 0;
-    await this.#transaction(async (tx) => {
+    await this.#transaction(false, async (tx) => {
       n = 0;
-      await this.#threads.prune(tx, before, limit);
+      this.#threads.prune(tx, before, limit);
       const found = await tx.q<{ id: number; sender: string }>('prunable', [before, keep, limit]);
       if (found.length === 0) return;
       await tx.lockAgents(
@@ -717,7 +782,7 @@ export class PgStore implements Store {
         ids,
       ]);
       if (rows.length === 0) return;
-      await tx.q('pruneMessages', [rows.map((r) => r.id)]);
+      tx.write('pruneMessages', [rows.map((r) => r.id)]);
       for (const r of rows) {
         const a = tx.agent(r.sender);
         a.bytes = Math.max(0, (a.bytes ?? 0) - r.size);
@@ -737,8 +802,8 @@ export class PgStore implements Store {
    * raise another, folded at once, so it loops as sqlite-store.ts #writeDueAlerts does.
    */
   async #foldAlerts(fx: CommitEffectsLog, flushAt: number | undefined): Promise<void> {
-    const tx = await this.#transaction(async (tx) => {
-      await tx.q('lockAlerts');
+    const tx = await this.#transaction(false, async (tx) => {
+      tx.write('lockAlerts');
       const fold = new AlertFold(tx, this.#cfg.alertWindowMs, this.stats);
       const queue: AlertEvent[] = (
         await tx.q<{
@@ -778,7 +843,7 @@ export class PgStore implements Store {
         if (due.length === 0 && queue.length === 0) break;
         for (const a of due) await this.#writeAlert(tx, a);
       }
-      await fold.save();
+      fold.save();
     });
     merge(fx, tx);
   }

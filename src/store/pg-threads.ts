@@ -9,18 +9,9 @@ import type pg from 'pg';
 import { GatewayError } from '../protocol/errors.js';
 import { uuidv7Time } from '../protocol/ids.js';
 import { PG_SQL } from './pg-sql.js';
-import type { Tx } from './pg-tx.js';
+import type { TargetRow, Tx } from './pg-tx.js';
 import type { Placement, ThreadRow } from './sqlite-threads.js';
 import type { BudgetReason, MessageDraft, ThreadBudgets } from './store.js';
-
-interface TargetRow {
-  id: number;
-  message_id: string;
-  channel: string;
-  sender: string;
-  thread_id: string;
-  hop: number;
-}
 
 const ROOT: Placement = { threadId: null, hop: 0, replyTo: null, count: 0 };
 
@@ -39,19 +30,48 @@ export class PgThreads {
    * another draft of it names, or in a new one nobody else can see yet.)
    */
   async threadsOf(tx: Tx, drafts: readonly MessageDraft[]): Promise<string[]> {
-    const out: string[] = [];
-    for (const d of drafts) {
-      const byId = d.replyToId ?? null;
-      if (byId !== null) {
-        const at = uuidv7Time(byId);
-        const t = at === undefined ? undefined : await tx.one<TargetRow>('replyById', [at, byId]);
-        if (t !== undefined) out.push(t.thread_id);
-      } else if (d.replyTo !== null) {
-        const t = await tx.one<TargetRow>('replyBySeq', [d.channel, d.replyTo]);
-        if (t !== undefined) out.push(t.thread_id);
-      }
-    }
-    return out;
+    // every read sent at once (one round trip, behind the group's locks)
+    const found = await Promise.all(
+      drafts.map((d) => {
+        const byId = d.replyToId ?? null;
+        if (byId !== null) return this.#byId(tx, byId);
+        return d.replyTo === null ? undefined : this.#bySeq(tx, d.channel, d.replyTo);
+      }),
+    );
+    return found.flatMap((t) => (t === undefined ? [] : [t.thread_id]));
+  }
+
+  /**
+   * The counts of the threads this transaction holds, read in one statement sent behind their
+   * locks (place() reads the ones it locks later itself).
+   */
+  async loadCounts(tx: Tx, threads: readonly string[]): Promise<void> {
+    const want = threads.filter((t) => !tx.counts.has(t));
+    if (want.length === 0) return;
+    const rows = await tx.q<{ thread_id: string; count: number }>('threadCounts', [want]);
+    for (const t of want) tx.counts.set(t, null);
+    for (const r of rows) tx.counts.set(r.thread_id, r.count);
+  }
+
+  /** A message by id (immutable: found once, kept for the transaction). */
+  async #byId(tx: Tx, messageId: string): Promise<TargetRow | undefined> {
+    const k = `i${messageId}`;
+    const known = tx.targets.get(k);
+    if (known !== undefined) return known;
+    const at = uuidv7Time(messageId);
+    if (at === undefined) return undefined;
+    const t = await tx.one<TargetRow>('replyById', [at, messageId]);
+    if (t !== undefined) tx.targets.set(k, t);
+    return t;
+  }
+
+  async #bySeq(tx: Tx, channel: string, seq: number): Promise<TargetRow | undefined> {
+    const k = `s${seq} ${channel}`;
+    const known = tx.targets.get(k);
+    if (known !== undefined) return known;
+    const t = await tx.one<TargetRow>('replyBySeq', [channel, seq]);
+    if (t !== undefined) tx.targets.set(k, t);
+    return t;
   }
 
   /** As sqlite-threads.ts place(): the thread and hop of a new message, or its refusal. */
@@ -59,8 +79,9 @@ export class PgThreads {
     const t = await this.#target(tx, d);
     if (t === undefined) return ROOT;
     if (t instanceof GatewayError) return t;
-    // a thread the group did not lock before (its message committed since): locked now
-    await tx.lockThreads([t.thread_id]);
+    // a thread the group did not lock before (its message committed since): locked now, and
+    // every statement sent after this runs under it
+    tx.lockThreads([t.thread_id]);
     const continuation = d.sender === this.#alertsTo;
     const hop = continuation ? 0 : t.hop + 1;
     if (hop > this.#budgets.hops) {
@@ -72,10 +93,8 @@ export class PgThreads {
         `a reply to ${t.message_id} would be hop ${hop} of its chain, past AGW_HOP_BUDGET (${this.#budgets.hops}); ${this.#alertsTo} (alerts_to) may continue thread ${t.thread_id}`,
       );
     }
-    const stored = continuation
-      ? undefined
-      : await tx.one<{ count: number }>('threadCount', [t.thread_id]);
-    const count = continuation ? 1 : (stored?.count ?? 1) + 1;
+    if (!continuation) await this.loadCounts(tx, [t.thread_id]);
+    const count = continuation ? 1 : (tx.counts.get(t.thread_id) ?? 1) + 1;
     if (count > this.#budgets.messages) {
       return this.#refuse(
         tx,
@@ -88,12 +107,14 @@ export class PgThreads {
     return { threadId: t.thread_id, hop, replyTo: t.message_id, count };
   }
 
-  async record(tx: Tx, p: Placement, at: number): Promise<void> {
-    if (p.threadId !== null) await tx.q('countThread', [p.threadId, p.count, at]);
+  record(tx: Tx, p: Placement, at: number): void {
+    if (p.threadId === null) return;
+    tx.write('countThread', [p.threadId, p.count, at]);
+    tx.counts.set(p.threadId, p.count);
   }
 
-  async prune(tx: Tx, before: number, limit: number): Promise<void> {
-    await tx.q('pruneThreads', [before, limit]);
+  prune(tx: Tx, before: number, limit: number): void {
+    tx.write('pruneThreads', [before, limit]);
   }
 
   /** A thread's stored messages after `after`, in commit order, `chunk` at a time. */
@@ -124,8 +145,7 @@ export class PgThreads {
     const byId = d.replyToId ?? null;
     let t: TargetRow | undefined;
     if (byId !== null) {
-      const at = uuidv7Time(byId);
-      t = at === undefined ? undefined : await tx.one<TargetRow>('replyById', [at, byId]);
+      t = await this.#byId(tx, byId);
       if (t === undefined || !(await this.#visible(tx, t, d))) {
         return new GatewayError(
           'reply_to_not_found',
@@ -135,7 +155,7 @@ export class PgThreads {
       }
     }
     if (d.replyTo !== null) {
-      const s = await tx.one<TargetRow>('replyBySeq', [d.channel, d.replyTo]);
+      const s = await this.#bySeq(tx, d.channel, d.replyTo);
       if (s === undefined || !(await this.#visible(tx, s, d))) {
         return new GatewayError(
           'reply_to_not_found',

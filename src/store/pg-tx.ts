@@ -4,7 +4,9 @@
  * and written back by one statement at its end), the alert events it raised, and the effects it
  * had. A transaction that is retried starts again with a fresh Tx.
  */
+import type { Writable } from 'node:stream';
 import type pg from 'pg';
+import type { DeliveryRow, ReadyRow } from './pg-deliveries.js';
 import { PG_SQL, type PgStatement } from './pg-sql.js';
 import { CommitEffectsLog } from './sqlite-effects.js';
 import type { AlertReason } from './store.js';
@@ -31,6 +33,38 @@ export interface KeyRow {
   hop: number;
 }
 
+/** A message a reply names (immutable once stored). */
+export interface TargetRow {
+  id: number;
+  message_id: string;
+  channel: string;
+  sender: string;
+  thread_id: string;
+  hop: number;
+}
+
+/**
+ * A messages row as insertMessages takes it: message_id, channel, seq, sender,
+ * idempotency_key, fingerprint, kind, priority, received_at, body, checksum, size, thread_id,
+ * hop.
+ */
+export type MessageRow = readonly [
+  string,
+  string,
+  number,
+  string,
+  string,
+  Buffer,
+  string,
+  number,
+  number,
+  string,
+  number,
+  number,
+  string | null,
+  number,
+];
+
 export const keyOf = (sender: string, key: string) => `${sender}\u0000${key}`;
 
 /** An agents row, locked by this transaction. */
@@ -44,6 +78,20 @@ export interface AgentRow {
   dirty: boolean;
 }
 
+/**
+ * Every statement of a transaction is an index lookup, and its plan is made once per
+ * connection (prepared), often while the tables are still small: without this the planner
+ * would keep a sequential scan it chose then, over tables that grew since.
+ */
+const BEGIN = 'BEGIN; SET LOCAL enable_seqscan = off';
+/**
+ * A group's statements also keep their generic plans (made once; each checked to be index
+ * lookups on an empty schema, docs/design/postgres.md): PostgreSQL would otherwise plan a
+ * statement again at every run whose arrays are shorter than its generic estimate (a group of
+ * one), which costs more than running it.
+ */
+const BEGIN_GENERIC = `${BEGIN}; SET LOCAL plan_cache_mode = force_generic_plan`;
+
 export class Tx {
   readonly fx = new CommitEffectsLog();
   readonly agents = new Map<string, AgentRow>();
@@ -56,6 +104,28 @@ export class Tx {
   readonly keys = new Map<string, KeyRow>();
   /** Thread locks held (pg_advisory_xact_lock): thread ids. */
   readonly threads = new Set<string>();
+  /** Messages replies name, as found ('i' + message_id, or 's' + seq + ' ' + channel). */
+  readonly targets = new Map<string, TargetRow>();
+  /** The counts of threads held (null: no row), as read under their locks and then written. */
+  readonly counts = new Map<string, number | null>();
+  /**
+   * Deliveries rows read under their agent's lock, kept as this transaction changes them (null:
+   * no such delivery when read). Valid while `inserted` has not moved since the read.
+   */
+  readonly rows = new Map<number, DeliveryRow | null>();
+  /**
+   * Per recipient, the oldest normal pending deliveries, read at once for the evictions the
+   * group's appends may need, taken in order (pg-deliveries.ts admit); dropped when an op
+   * changes that recipient's queue otherwise (lease, ack, nack). And how many deliveries to
+   * each recipient the group's appends have still to admit (how many to read).
+   */
+  readonly victims = new Map<string, DeliveryRow[]>();
+  readonly toCome = new Map<string, number>();
+  /** The ready deliveries of lease ops, read in the group's first round trip (pg-store.ts). */
+  readonly lanes = new Map<object, ReadyRow[]>();
+  #rowsAt = 0;
+  /** Delivery rows this transaction inserted (a cached "no such delivery" is then stale). */
+  inserted = 0;
   /** A message was written (its commit is then synchronous at AGW_SYNC=full). */
   wroteMessage = false;
   /** Bytes of messages this transaction stored, less what it pruned (the size bound). */
@@ -63,15 +133,184 @@ export class Tx {
   /** Where raised alerts go; the alerts transaction folds them at once instead. */
   onRaise: ((e: AlertEvent) => void) | undefined;
 
-  constructor(readonly client: pg.ClientBase) {}
+  /** BEGIN was sent (lazily, in front of the first statement). */
+  #begun = false;
+  /** Writes sent and not waited for. */
+  #writes: Promise<void>[] = [];
+  /** Statements sent, and the first that failed (the others then failed because it did). */
+  #sent = 0;
+  #first: { n: number; err: unknown } | undefined;
 
+  /**
+   * `client` must be in pipeline mode: every statement is sent at once, behind the ones before
+   * it, and the server runs them in that order. Reads wait for their answer (one round trip
+   * that carries every write sent before them); writes do not wait, and their errors come out
+   * of the next read or of commit().
+   */
+  constructor(
+    readonly client: pg.ClientBase,
+    readonly generic = false,
+  ) {}
+
+  #send(name: PgStatement | 'BEGIN', values: readonly unknown[]): Promise<pg.QueryResult> {
+    if (!this.#begun && name !== 'BEGIN') {
+      this.#begun = true;
+      this.write('BEGIN');
+    }
+    // the messages inserted so far go first: every statement after them sees them
+    if (this.#messages.length > 0 && name !== 'insertMessages' && name !== 'BEGIN') {
+      this.#insertMessages();
+    }
+    this.#cork();
+    const n = this.#sent++;
+    const sent =
+      name === 'BEGIN'
+        ? this.client.query(this.generic ? BEGIN_GENERIC : BEGIN)
+        : this.client.query({ name, text: PG_SQL[name], values: values as unknown[] });
+    return sent.catch((err: unknown) => {
+      if (this.#first === undefined || n < this.#first.n) this.#first = { n, err };
+      throw err;
+    });
+  }
+
+  /**
+   * The statements sent in one turn of the event loop leave in one write to the socket: the
+   * stream is corked at the first and uncorked once the turn's synchronous work is done (an
+   * answer cannot come before).
+   */
+  #cork(): void {
+    if (this.#corked) return;
+    const stream = (this.client as unknown as { connection?: { stream?: Writable } }).connection
+      ?.stream;
+    if (typeof stream?.cork !== 'function') return;
+    this.#corked = true;
+    stream.cork();
+    process.nextTick(() => {
+      this.#corked = false;
+      stream.uncork();
+    });
+  }
+
+  #corked = false;
+
+  /** A read: sent behind every write before it, and waited for. */
   async q<R>(name: PgStatement, values: readonly unknown[] = []): Promise<R[]> {
-    const r = await this.client.query({ name, text: PG_SQL[name], values: values as unknown[] });
-    return r.rows as R[];
+    try {
+      const r = await this.#send(name, values);
+      return r.rows as R[];
+    } catch (err) {
+      // a statement before it failed first: that is the error (this one says "aborted")
+      await this.#settle();
+      throw this.#first?.err ?? err;
+    }
   }
 
   async one<R>(name: PgStatement, values: readonly unknown[] = []): Promise<R | undefined> {
     return (await this.q<R>(name, values))[0];
+  }
+
+  /**
+   * A message and its deliveries (in recipient order; a queue_full copy dead at once, with
+   * its dead letter): kept with the ones inserted after it until the next statement, then
+   * sent with them as one (insertMessages).
+   */
+  insertMessage(m: MessageRow, recipients: readonly string[], states: readonly number[]): void {
+    this.#messages.push(m);
+    for (const [i, r] of recipients.entries()) {
+      this.#deliveries.push([m[0], r, states[i]!]);
+    }
+    this.inserted += recipients.length;
+  }
+
+  #messages: MessageRow[] = [];
+  #deliveries: [string, string, number][] = [];
+
+  #insertMessages(): void {
+    const m = this.#messages;
+    const d = this.#deliveries;
+    this.#messages = [];
+    this.#deliveries = [];
+    const cols = Array.from({ length: 14 }, (_, i) => m.map((r) => r[i]));
+    this.write('insertMessages', [
+      ...cols,
+      d.map((r) => r[0]),
+      d.map((r) => r[1]),
+      d.map((r) => r[2]),
+    ]);
+  }
+
+  /** A write whose answer nobody needs: sent now, not waited for (BEGIN is one too). */
+  write(name: PgStatement | 'BEGIN', values: readonly unknown[] = []): void {
+    this.#writes.push(
+      this.#send(name, values).then(
+        () => undefined,
+        () => undefined, // kept in #first
+      ),
+    );
+  }
+
+  async #settle(): Promise<void> {
+    const writes = this.#writes;
+    this.#writes = [];
+    await Promise.all(writes);
+  }
+
+  /**
+   * COMMIT (after `SET LOCAL synchronous_commit = off` unless `durable`), sent behind every
+   * write; throws the first error of any statement, in which case nothing was committed.
+   * Without a statement sent, there is nothing to commit and no round trip.
+   */
+  async commit(durable: boolean): Promise<void> {
+    if (this.#messages.length > 0) this.#insertMessages();
+    if (!this.#begun) return;
+    this.#cork();
+    const end = this.client
+      .query(durable ? 'COMMIT' : 'SET LOCAL synchronous_commit = off; COMMIT')
+      .then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+    await this.#settle();
+    const err = await end;
+    // a failed transaction's COMMIT answers ROLLBACK, without an error: the first error says
+    if (this.#first !== undefined) throw this.#first.err;
+    if (err !== undefined) throw err;
+  }
+
+  /** Whether a statement was sent (ROLLBACK is then needed after a failure). */
+  get begun(): boolean {
+    return this.#begun;
+  }
+
+  /** Deliveries rows by id (the caller holds their agent's lock), from the cache or read. */
+  async deliveries(ids: readonly number[]): Promise<(DeliveryRow | undefined)[]> {
+    const fresh = this.#rowsAt === this.inserted;
+    const missing = [...new Set(ids)].filter((id) => {
+      const r = this.rows.get(id);
+      return r === undefined || (r === null && !fresh);
+    });
+    if (missing.length > 0) await this.readDeliveries(missing);
+    return ids.map((id) => this.rows.get(id) ?? undefined);
+  }
+
+  /** Reads these deliveries rows into the cache (their agents locked). */
+  async readDeliveries(ids: readonly number[]): Promise<void> {
+    if (ids.length === 0) return;
+    const at = this.inserted;
+    const rows = await this.q<DeliveryRow>('deliveries', [ids]);
+    if (this.#rowsAt !== at) {
+      // rows cached before an insert: their "none" may be stale, their rows are not
+      for (const [id, r] of this.rows) if (r === null) this.rows.delete(id);
+      this.#rowsAt = at;
+    }
+    for (const id of ids) this.rows.set(id, null);
+    for (const r of rows) this.rows.set(r.id, r);
+  }
+
+  /** A change this transaction wrote to a delivery, applied to its cached row. */
+  changed(id: number, patch: Partial<DeliveryRow>): void {
+    const r = this.rows.get(id);
+    if (r) Object.assign(r, patch);
   }
 
   /** Counts an event towards its (recipient, reason) alert (sqlite-alerts.ts, raise). */
@@ -135,7 +374,7 @@ export class Tx {
     if (want.length === 0) return [];
     const missing = want.filter((id) => !known.has(id));
     if (missing.length > 0) {
-      await this.q('ensureAgents', [missing]);
+      this.write('ensureAgents', [missing]); // in front of the lock, in the same round trip
       this.created.push(...missing);
     }
     const rows = await this.q<{
@@ -170,25 +409,30 @@ export class Tx {
     a.dirty = true;
   }
 
-  /** Locks the budget of these threads (sorted; the ones already held are skipped). */
-  async lockThreads(ids: Iterable<string>): Promise<void> {
+  /**
+   * Locks the budget of these threads (sorted; the ones already held are skipped); whether it
+   * took a new one.
+   */
+  lockThreads(ids: Iterable<string>): boolean {
     const want = [...new Set(ids)].filter((t) => !this.threads.has(t));
-    if (want.length === 0) return;
-    await this.q('lockThreads', [want]);
+    if (want.length === 0) return false;
+    // sent, not waited for: every statement after it runs once it is held
+    this.write('lockThreads', [want]);
     for (const t of want) this.threads.add(t);
+    return true;
   }
 
   /**
-   * The end of the transaction, before COMMIT: the changed agents rows, the events, and the
-   * announcement `notify` (null: none), in one statement.
+   * The end of the transaction, before COMMIT: the changed agents rows, the counters, the
+   * events, and the announcement `notify` (null: none), in one statement sent with COMMIT.
    */
-  async finish(notify: string | null): Promise<void> {
+  finish(notify: string | null): void {
     const dirty = [...this.agents].filter(([, a]) => a.dirty);
     const moved = [...this.seqs].filter(([, c]) => c.moved);
     if (dirty.length === 0 && moved.length === 0 && this.events.length === 0 && notify === null)
       return;
     const ev = this.events;
-    await this.q('finish', [
+    this.write('finish', [
       dirty.map(([id]) => id),
       dirty.map(([, a]) => a.depth),
       dirty.map(([, a]) => a.critical),
