@@ -54,7 +54,7 @@ async function database() {
   };
 }
 
-function adapter(dir, topology, db) {
+function adapter(topology, db) {
   return startProcess(
     [
       CLI,
@@ -102,8 +102,8 @@ async function sends(urls, inflight) {
 }
 
 /**
- * pm sends through `from` at `rate` a second (open loop) while qa long-polls through `to` and
- * acks: latency from send to receipt; and, for each message that found the poll parked, from
+ * pm sends through `from` at `rate` a second (open loop) while research (its queue empty: the
+ * throughput runs send to qa) long-polls through `to` and acks: latency from send to receipt; and, for each message that found the poll parked, from
  * its 201 to the poll's answer (the wake).
  */
 async function endToEnd(from, to) {
@@ -118,7 +118,7 @@ async function endToEnd(from, to) {
       const res = await recv.request({
         method: 'GET',
         path: '/v1/inbox?wait=1&max=100',
-        headers: auth('qa'),
+        headers: auth('research'),
       });
       const { deliveries } = await res.body.json();
       const t = performance.now();
@@ -131,7 +131,7 @@ async function endToEnd(from, to) {
       const ack = await recv.request({
         method: 'POST',
         path: '/v1/acks',
-        headers: auth('qa'),
+        headers: auth('research'),
         body: JSON.stringify({ delivery_ids: deliveries.map((d) => d.delivery_id) }),
       });
       await ack.body.text();
@@ -152,7 +152,7 @@ async function endToEnd(from, to) {
           headers: auth('pm'),
           body: JSON.stringify({
             idempotency_key: uuidv7(),
-            to: '@qa',
+            to: '@research',
             kind: 'status',
             payload: { t, text },
           }),
@@ -187,7 +187,7 @@ const { dir, topology, cleanup } = benchDir();
 try {
   // the SQLite adapter, FULL
   {
-    const a = await adapter(dir, topology, join(dir, 'adapter.db'));
+    const a = await adapter(topology, join(dir, 'adapter.db'));
     for (const inflight of levels)
       emit({
         target: 'adapter-sqlite',
@@ -208,6 +208,8 @@ try {
   {
     const db = await database();
     const pool = new pg.Pool({ connectionString: db.url, max: 64 });
+    // DROP DATABASE ... WITH (FORCE) may end a connection the pool is still closing
+    pool.on('error', () => {});
     await pool.query('CREATE TABLE q (id bigserial PRIMARY KEY, body jsonb NOT NULL)');
     for (const inflight of levels) {
       const r = await closedLoopFn({
@@ -231,7 +233,7 @@ try {
   // one adapter on PostgreSQL
   {
     const db = await database();
-    const a = await adapter(dir, topology, db.url);
+    const a = await adapter(topology, db.url);
     for (const inflight of levels)
       emit({
         target: 'adapter-postgres',
@@ -253,7 +255,7 @@ try {
   {
     const db = await database();
     const rs = [];
-    for (let i = 0; i < 3; i++) rs.push(await adapter(dir, topology, db.url));
+    for (let i = 0; i < 3; i++) rs.push(await adapter(topology, db.url));
     const urls = rs.map((r) => r.url);
     for (const inflight of levels)
       emit({ target: 'adapter-postgres', replicas: 3, inflight, ...(await sends(urls, inflight)) });

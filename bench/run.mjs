@@ -470,7 +470,7 @@ ${beforeAfter.map(([label, get]) => `| ${label} | ${get('before')} | ${get('afte
 \`bench/replicas.mjs\`: the adapter with \`AGW_DB\` a PostgreSQL URL, through one replica and through
 three (the senders' loops spread over them), beside the SQLite adapter and PostgreSQL itself doing
 one INSERT per transaction, all in this run (FULL: each message's commit is fsynced before its 201).
-End to end: pm sends at a fixed rate through one replica, qa long-polls and acks through another;
+End to end: pm sends at a fixed rate through one replica, research long-polls and acks through another;
 the wake is the time from a message's 201 to the parked poll's answer.
 
 | target | 1 in flight | 16 in flight | 64 in flight |
