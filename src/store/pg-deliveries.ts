@@ -6,7 +6,7 @@
  */
 import { ADAPTER_KIND_PREFIX } from '../protocol/envelope.js';
 import { GatewayError } from '../protocol/errors.js';
-import type { Tx } from './pg-tx.js';
+import type { DeliveryRow, ReadyRow, Tx } from './pg-tx.js';
 import {
   type DeadLetterReason,
   type DeliveryConfig,
@@ -15,27 +15,7 @@ import {
   type OpResults,
 } from './store.js';
 
-export interface DeliveryRow {
-  id: number;
-  message: number;
-  recipient: string;
-  state: DeliveryState;
-  attempt: number;
-  priority: number;
-  lease_expires_at?: number | null;
-  /** Its message's kind and message_id (null: the message is gone), for the alert it raises. */
-  kind?: string | null;
-  message_id?: string | null;
-}
-
-/** A delivery that may be handed out now, with its message (readyLanes). */
-export interface ReadyRow {
-  id: number;
-  message: number;
-  attempt: number;
-  body: string;
-  checksum: number;
-}
+export type { DeliveryRow, ReadyRow } from './pg-tx.js';
 
 export class PgDeliveries {
   readonly #cfg: Required<DeliveryConfig>;

@@ -6,10 +6,31 @@
  */
 import type { Writable } from 'node:stream';
 import type pg from 'pg';
-import type { DeliveryRow, ReadyRow } from './pg-deliveries.js';
 import { PG_SQL, type PgStatement } from './pg-sql.js';
 import { CommitEffectsLog } from './sqlite-effects.js';
-import type { AlertReason } from './store.js';
+import type { AlertReason, DeliveryState } from './store.js';
+
+export interface DeliveryRow {
+  id: number;
+  message: number;
+  recipient: string;
+  state: DeliveryState;
+  attempt: number;
+  priority: number;
+  lease_expires_at?: number | null;
+  /** Its message's kind and message_id (null: the message is gone), for the alert it raises. */
+  kind?: string | null;
+  message_id?: string | null;
+}
+
+/** A delivery that may be handed out now, with its message (readyLanes). */
+export interface ReadyRow {
+  id: number;
+  message: number;
+  attempt: number;
+  body: string;
+  checksum: number;
+}
 
 /** An alert counted by a transaction: a row of alert_events once it commits. */
 export interface AlertEvent {
