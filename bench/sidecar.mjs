@@ -21,15 +21,16 @@ import {
 
 const { values } = parseArgs({ options: { seconds: { type: 'string', default: '5' } } });
 
-/** The sidecar image's NODE_OPTIONS (its `ENV ... NODE_OPTIONS=...` line), '' without one. */
-function imageNodeOptions() {
+/** A variable the sidecar image sets (its `ENV ... NAME=...` line), '' without one. */
+function imageEnv(name) {
   // the Dockerfile of the checkout whose CLI runs (bench/run.mjs --before runs an older one)
   const dockerfile = readFileSync(join(CLI, '../../../docker/Dockerfile'), 'utf8');
   const stage = dockerfile.split(/^FROM /m).find((s) => /^\S+ AS sidecar\s/.test(s)) ?? '';
-  const m = /\bNODE_OPTIONS=(?:"([^"]*)"|(\S+))/.exec(stage.replace(/^\s*#.*$/gm, ''));
+  const m = new RegExp(`\\b${name}=(?:"([^"]*)"|(\\S+))`).exec(stage.replace(/^\s*#.*$/gm, ''));
   return m?.[1] ?? m?.[2] ?? '';
 }
-const nodeOptions = imageNodeOptions();
+const nodeOptions = imageEnv('NODE_OPTIONS');
+const arenas = imageEnv('MALLOC_ARENA_MAX');
 const seconds = Number(values.seconds);
 const text = 'x'.repeat(1000);
 const { dir, topology, cleanup } = benchDir();
@@ -50,6 +51,7 @@ const sidecar = await startProcess(
     AGW_BREAKER_MAX_MS: '1000',
     AGW_LOG_LEVEL: 'info',
     ...(nodeOptions === '' ? {} : { NODE_OPTIONS: nodeOptions }),
+    ...(arenas === '' ? {} : { MALLOC_ARENA_MAX: arenas }),
   },
   (e) => e.msg?.includes('listening on'),
 );
@@ -74,6 +76,7 @@ console.log(
     idle_rss_mib: rss(),
     idle_after_s: 30,
     node_options: nodeOptions,
+    malloc_arena_max: arenas,
   }),
 );
 
