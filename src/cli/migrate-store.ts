@@ -15,6 +15,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import pg from 'pg';
+import type { AlertRow } from '../store/alert-rows.js';
 import { isPostgresUrl, shownDb } from '../store/open.js';
 import { PG_MIGRATIONS } from '../store/pg-sql.js';
 import { MIGRATIONS } from '../store/sql.js';
@@ -493,19 +494,7 @@ async function copyThreads(source: Database.Database, client: pg.Client): Promis
 
 async function copyAlertState(source: Database.Database, client: pg.Client): Promise<number> {
   const rows = source
-    .prepare<
-      [],
-      {
-        recipient: string;
-        reason: string;
-        kind: string;
-        last_sent_at: number;
-        count: number;
-        message_ids: string;
-        attempts: number;
-        sender: string | null;
-      }
-    >(
+    .prepare<[], AlertRow>(
       `SELECT recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender
        FROM alert_state`,
     )

@@ -6,23 +6,9 @@
  * each into its alert_state row as SQLite's raise() would at the event's time, and hands back
  * the alerts that fell due for the store to write as messages. Runs inside that transaction.
  */
+import { type AlertRow, type DueAlert, dueAlertOf, MAX_IDS } from './alert-rows.js';
 import type { AlertEvent, Tx } from './pg-tx.js';
-import type { DueAlert } from './sqlite-alerts.js';
-import { ALERT_KIND, type BudgetReason, type DeliveryStats, type SentAlert } from './store.js';
-
-/** Message ids one alert lists (CONTRACT.md: up to 20); the count has them all. */
-const MAX_IDS = 20;
-
-interface AlertRow {
-  recipient: string;
-  reason: string;
-  kind: string;
-  last_sent_at: number;
-  count: number;
-  message_ids: string;
-  attempts: number;
-  sender: string | null;
-}
+import { ALERT_KIND, type DeliveryStats } from './store.js';
 
 const keyOf = (recipient: string, reason: string) => `${recipient}\u0000${reason}`;
 
@@ -112,34 +98,9 @@ export class AlertFold {
   }
 
   #fallDue(a: AlertRow, now: number): void {
-    this.#save({ ...a, last_sent_at: now, count: 0, message_ids: '[]', attempts: 0 });
-    const message_ids = JSON.parse(a.message_ids) as string[];
-    const kind = a.kind as SentAlert['kind'];
-    this.#due.push(
-      kind === 'alert/budget'
-        ? {
-            kind,
-            payload: {
-              reason: a.reason as BudgetReason,
-              thread_id: a.recipient,
-              sender: a.sender ?? '',
-              count: a.count,
-              message_ids,
-            },
-            at: now,
-          }
-        : {
-            kind,
-            payload: {
-              reason: a.reason,
-              recipient: a.recipient,
-              count: a.count,
-              message_ids,
-              attempts: a.attempts,
-            },
-            at: now,
-          },
-    );
+    const { due, cleared } = dueAlertOf(a, now);
+    this.#save(cleared);
+    this.#due.push(due);
     this.#stats.alerts++;
   }
 

@@ -14,6 +14,7 @@ import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { uuidv7, uuidv7Time } from '../protocol/ids.js';
 import { PAGE_ITEM_OVERHEAD } from '../protocol/limits.js';
 import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
+import type { DueAlert } from './alert-rows.js';
 import { DELIVERY_FIELDS_BYTES } from './page-bytes.js';
 import { AlertFold } from './pg-alerts.js';
 import { type DeliveryRow, PgDeliveries, type ReadyRow } from './pg-deliveries.js';
@@ -21,7 +22,6 @@ import { PG_MIGRATIONS, PG_SQL, type PgStatement } from './pg-sql.js';
 import { PgThreads } from './pg-threads.js';
 import { type AlertEvent, keyOf, Tx } from './pg-tx.js';
 import { type PgForeignEffects, PgWake, wakePayload } from './pg-wake.js';
-import type { DueAlert } from './sqlite-alerts.js';
 import { CommitEffectsLog } from './sqlite-effects.js';
 import { withThreadFields } from './sqlite-threads.js';
 import { messageSize, STORAGE_FULL_RETRY_AFTER_S } from './storage-budget.js';
@@ -34,7 +34,7 @@ import {
   DEFAULT_STORAGE,
   type DeliveryConfig,
   type DeliveryJson,
-  DeliveryState,
+  type DeliveryState,
   type DeliveryStateName,
   type DeliveryStats,
   type MessageDraft,
@@ -49,7 +49,17 @@ import {
   type ThreadBudgets,
   type ThreadPage,
 } from './store.js';
-import { assignment, HEAD_BYTES, messageJson, rejected } from './stored-message.js';
+import {
+  assignment,
+  type BodyRow,
+  type ChannelRow,
+  type DeadRow,
+  HEAD_BYTES,
+  messageJson,
+  type RecipientRow,
+  rejected,
+  STATE_NAME,
+} from './stored-message.js';
 
 export interface PgStoreOptions {
   /** full (default): a commit that writes a message waits for its WAL flush; normal: none do. */
@@ -66,26 +76,6 @@ export interface PgStoreOptions {
   readonly readConnections?: number;
 }
 
-interface BodyRow {
-  id: number;
-  body: string;
-  checksum: number;
-}
-
-interface ChannelRow extends BodyRow {
-  seq: number;
-}
-
-interface DeadRow extends BodyRow {
-  reason: string;
-  note: string | null;
-  attempts: number;
-  recipient: string;
-  created_at: number;
-  replay_delivery: number | null;
-  message: number;
-}
-
 interface DeadOne {
   id: number;
   kind: string;
@@ -96,21 +86,6 @@ interface DeadOne {
   priority: number;
   message_id: string;
 }
-
-interface RecipientRow {
-  recipient: string;
-  state: number;
-  attempt: number;
-  reason: string | null;
-  note: string | null;
-}
-
-const STATE_NAME = {
-  [DeliveryState.pending]: 'pending',
-  [DeliveryState.leased]: 'leased',
-  [DeliveryState.acked]: 'acked',
-  [DeliveryState.deadLetter]: 'dead_letter',
-} as const;
 
 /** Expired leases handled per sweep transaction. */
 const SWEEP_CHUNK = 500;

@@ -7,34 +7,12 @@
  * class decides when one is due, and the store writes it (it owns sequences and fan-out). Runs
  * inside the caller's transaction.
  */
+
 import type Database from 'better-sqlite3';
+import { type AlertRow, type DueAlert, dueAlertOf, MAX_IDS } from './alert-rows.js';
 import { SQL } from './sql.js';
 import type { CommitEffectsLog } from './sqlite-effects.js';
-import {
-  ALERT_KIND,
-  type AlertReason,
-  type BudgetReason,
-  type DeliveryStats,
-  type SentAlert,
-} from './store.js';
-
-/** Message ids one alert lists (CONTRACT.md: up to 20); the count has them all. */
-const MAX_IDS = 20;
-
-interface AlertRow {
-  recipient: string;
-  reason: string;
-  kind: string;
-  last_sent_at: number;
-  count: number;
-  message_ids: string;
-  attempts: number;
-  /** Budget alerts: the sender of the latest refusal counted. */
-  sender: string | null;
-}
-
-/** An alert that fell due, to be written as a message at `at`. */
-export type DueAlert = SentAlert & { readonly at: number };
+import { ALERT_KIND, type AlertReason, type DeliveryStats } from './store.js';
 
 export class Alerts {
   readonly #windowMs: number;
@@ -116,34 +94,9 @@ export class Alerts {
   }
 
   #fallDue(a: AlertRow, now: number): void {
-    this.#save({ ...a, last_sent_at: now, count: 0, message_ids: '[]', attempts: 0 });
-    const message_ids = JSON.parse(a.message_ids) as string[];
-    const kind = a.kind as SentAlert['kind'];
-    this.#due.push(
-      kind === 'alert/budget'
-        ? {
-            kind,
-            payload: {
-              reason: a.reason as BudgetReason,
-              thread_id: a.recipient,
-              sender: a.sender ?? '',
-              count: a.count,
-              message_ids,
-            },
-            at: now,
-          }
-        : {
-            kind,
-            payload: {
-              reason: a.reason,
-              recipient: a.recipient,
-              count: a.count,
-              message_ids,
-              attempts: a.attempts,
-            },
-            at: now,
-          },
-    );
+    const { due, cleared } = dueAlertOf(a, now);
+    this.#save(cleared);
+    this.#due.push(due);
     this.#stats.alerts++;
   }
 

@@ -10,10 +10,11 @@ import { ADAPTER_SENDER } from '../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { uuidv7, uuidv7Time } from '../protocol/ids.js';
 import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
+import type { DueAlert } from './alert-rows.js';
 import { DELIVERY_FIELDS_BYTES, fitting } from './page-bytes.js';
 import { quickCheck } from './quick-check.js';
 import { MIGRATIONS, SQL } from './sql.js';
-import { Alerts, type DueAlert } from './sqlite-alerts.js';
+import { Alerts } from './sqlite-alerts.js';
 import { Deliveries } from './sqlite-deliveries.js';
 import { CommitEffectsLog } from './sqlite-effects.js';
 import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
@@ -28,7 +29,7 @@ import {
   DEFAULT_STORAGE,
   type DeliveryConfig,
   type DeliveryJson,
-  DeliveryState,
+  type DeliveryState,
   type DeliveryStateName,
   type DeliveryStats,
   type ForeignEffects,
@@ -44,7 +45,17 @@ import {
   type ThreadBudgets,
   type ThreadPage,
 } from './store.js';
-import { assignment, HEAD_BYTES, messageJson, rejected } from './stored-message.js';
+import {
+  assignment,
+  type BodyRow,
+  type ChannelRow,
+  type DeadRow,
+  HEAD_BYTES,
+  messageJson,
+  type RecipientRow,
+  rejected,
+  STATE_NAME,
+} from './stored-message.js';
 
 export type { SyncMode } from './sqlite-file.js';
 
@@ -57,41 +68,6 @@ interface KeyRow {
   thread_id: string;
   hop: number;
 }
-
-interface BodyRow {
-  id: number;
-  body: string;
-  checksum: number;
-}
-
-interface ChannelRow extends BodyRow {
-  seq: number;
-}
-
-interface DeadRow extends BodyRow {
-  reason: string;
-  note: string | null;
-  attempts: number;
-  recipient: string;
-  created_at: number;
-  replay_delivery: number | null;
-  message: number;
-}
-
-interface RecipientRow {
-  recipient: string;
-  state: number;
-  attempt: number;
-  reason: string | null;
-  note: string | null;
-}
-
-const STATE_NAME = {
-  [DeliveryState.pending]: 'pending',
-  [DeliveryState.leased]: 'leased',
-  [DeliveryState.acked]: 'acked',
-  [DeliveryState.deadLetter]: 'dead_letter',
-} as const;
 
 interface DeadOne {
   id: number;

@@ -1,12 +1,13 @@
 /**
  * A stored message as every store writes it: its assignment, its JSON (what readers are
- * served, checksummed), and the bytes it is estimated at before it is written. Pure functions,
- * shared by the SQLite and the PostgreSQL store so that both store byte-identical messages.
+ * served, checksummed), the bytes it is estimated at before it is written, and the rows it is
+ * read back from. Shared by the SQLite and the PostgreSQL store so that both store and serve
+ * byte-identical messages.
  */
 import type { Assignment } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
 import type { Placement } from './sqlite-threads.js';
-import type { AppendOutcome, MessageDraft } from './store.js';
+import { type AppendOutcome, DeliveryState, type MessageDraft } from './store.js';
 
 /** A stored message's bytes besides its payload: the assigned fields and the envelope's. */
 export const HEAD_BYTES = 320;
@@ -60,3 +61,40 @@ export function messageJson(a: Assignment, d: MessageDraft, p: Placement): strin
   });
   return `${head.slice(0, -1)},"payload":${d.payloadJson}}`;
 }
+
+/** The rows both stores read messages, replay pages and dead letters from. */
+export interface BodyRow {
+  id: number;
+  body: string;
+  checksum: number;
+}
+
+export interface ChannelRow extends BodyRow {
+  seq: number;
+}
+
+export interface DeadRow extends BodyRow {
+  reason: string;
+  note: string | null;
+  attempts: number;
+  recipient: string;
+  created_at: number;
+  replay_delivery: number | null;
+  message: number;
+}
+
+export interface RecipientRow {
+  recipient: string;
+  state: number;
+  attempt: number;
+  reason: string | null;
+  note: string | null;
+}
+
+/** A delivery state's name, as readers are told it. */
+export const STATE_NAME = {
+  [DeliveryState.pending]: 'pending',
+  [DeliveryState.leased]: 'leased',
+  [DeliveryState.acked]: 'acked',
+  [DeliveryState.deadLetter]: 'dead_letter',
+} as const;
