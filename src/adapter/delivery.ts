@@ -22,13 +22,20 @@ import type {
   OpResults,
   SentAlert,
   Store,
+  StoreOp,
 } from '../store/store.js';
 import type { GroupCommit } from './group-commit.js';
 import { StallWatch } from './stalls.js';
 
 interface Waiter {
+  /** Ends the wait: false, nothing came (timeout, client gone, stop); true, lease again. */
   readonly wake: (woken: boolean) => void;
+  /** Ends the wait with a lease queued in the group being formed (beforeGroup). */
+  readonly take: () => void;
 }
+
+/** How a parked poll ended: nothing came, lease again, or what it leased in the group that woke it. */
+type Parked = boolean | DeliveryJson[];
 
 export interface DeliveryOptions {
   readonly store: Store;
@@ -73,6 +80,7 @@ export class DeliveryService {
         polling: (agent) => (this.#waiters.get(agent)?.size ?? 0) > 0,
       });
     this.#commits.on('commit', (_stats, effects) => this.#afterCommit(effects));
+    this.#commits.beforeGroup = (ops) => this.#handOff(ops);
     // Other adapters on the same store (PostgreSQL replicas) announce what they changed.
     this.#store.watch((fx) => {
       if (this.#stopped) return;
@@ -118,12 +126,17 @@ export class DeliveryService {
     closed.then(() => {
       gone = true;
     });
+    const lease = () => this.#commits.run({ op: 'lease', agent, max, now: this.#now(), maxBytes });
+    let leasing = lease();
     for (;;) {
-      const got = await this.#commits.run({ op: 'lease', agent, max, now: this.#now(), maxBytes });
+      const got = await leasing;
       if (got.length > 0 || gone || this.#stopped) return got;
       const left = deadline - this.#now();
       if (left <= 0) return [];
-      if (!(await this.#park(agent, left, closed))) return [];
+      const parked = await this.#park(agent, left, closed, lease);
+      if (parked === false) return [];
+      // woken: lease again; or leased already, in the commit of the message that woke it
+      leasing = parked === true ? lease() : Promise.resolve(parked);
     }
   }
 
@@ -233,7 +246,12 @@ export class DeliveryService {
     });
   }
 
-  #park(agent: string, ms: number, closed: Promise<unknown>): Promise<boolean> {
+  #park(
+    agent: string,
+    ms: number,
+    closed: Promise<unknown>,
+    lease: () => Promise<DeliveryJson[]>,
+  ): Promise<Parked> {
     return new Promise((resolve) => {
       let set = this.#waiters.get(agent);
       if (set === undefined) {
@@ -241,19 +259,45 @@ export class DeliveryService {
         this.#waiters.set(agent, set);
       }
       const waiters = set;
+      const end = (how: boolean | Promise<DeliveryJson[]>) => {
+        clearTimeout(timer);
+        waiters.delete(waiter);
+        if (waiters.size === 0 && this.#waiters.get(agent) === waiters) this.#waiters.delete(agent);
+        // a parked poll ends: the agent polled until now
+        this.stalls?.active(agent);
+        resolve(how);
+      };
       const waiter: Waiter = {
-        wake: (woken) => {
-          clearTimeout(timer);
-          waiters.delete(waiter);
-          // a parked poll ends: the agent polled until now
-          this.stalls?.active(agent);
-          resolve(woken);
-        },
+        wake: (woken) => end(woken),
+        take: () => end(lease()),
       };
       const timer = setTimeout(() => waiter.wake(false), ms);
       waiters.add(waiter);
       closed.then(() => waiter.wake(false));
     });
+  }
+
+  /**
+   * Before a group is taken: for each recipient of its appends with a poll parked, the oldest
+   * such poll leases in this very group, after the appends (group-commit.ts runs leases last).
+   * The message and its lease then share one commit, and the poll is answered when it returns.
+   * The other parked polls of the agent are woken after the commit, as always.
+   */
+  #handOff(ops: readonly StoreOp[]): void {
+    if (this.#waiters.size === 0 || this.#stopped) return;
+    const taken = new Set<string>();
+    for (const op of ops) {
+      if (op.op !== 'append') continue;
+      for (const draft of op.drafts) {
+        for (const agent of draft.recipients) {
+          if (taken.has(agent)) continue;
+          const waiter = this.#waiters.get(agent)?.values().next().value;
+          if (waiter === undefined) continue;
+          taken.add(agent);
+          waiter.take();
+        }
+      }
+    }
   }
 
   #wake(agent: string): void {
