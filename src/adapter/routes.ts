@@ -4,6 +4,7 @@
  * needs the alerts_to agent's. Writes go through messages.ts, everything about deliveries
  * through the delivery service.
  */
+import type { ServerResponse } from 'node:http';
 import { parseDeliveryIds, parseLeaseExtension, parseNack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
 import { intParam } from '../protocol/http.js';
@@ -17,7 +18,7 @@ import {
   PAGE_MAX_LIMIT,
   pageBudget,
 } from '../protocol/limits.js';
-import { type Route, route } from '../protocol/router.js';
+import { type Answer, type Route, route } from '../protocol/router.js';
 import { deadLetterIdOf } from '../protocol/wire.js';
 import type { DeliveryService } from './delivery.js';
 import { postBatch, postMessage, readChannel, type WriteContext } from './messages.js';
@@ -58,6 +59,41 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
   const maxBytes = write.maxMessageBytes;
   const { maxPageBytes } = d;
   const polls = new PollCount(d.maxPollsPerAgent);
+
+  /**
+   * A poll, after the acks it carries (POST /v1/inbox). Both are queued in the same turn, so
+   * they go into one group commit, the lease after the ack (group-commit.ts): a channel whose
+   * message the ack settles hands over its next one in this very answer. The answer is the
+   * inbox's with the ack's fields before it. An ack refused (403: a delivery not the caller's)
+   * refuses the request and ends the poll: what the same commit leased is not handed over and
+   * comes again when its lease ends, as after any lost answer.
+   */
+  const inbox = async (
+    agent: string,
+    query: URLSearchParams,
+    res: ServerResponse,
+    ack?: readonly number[],
+  ): Promise<Answer> => {
+    const wait = intParam(query, 'wait', 0, 0, MAX_WAIT_S);
+    const max = intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX);
+    polls.enter(agent);
+    try {
+      const gone = new Promise((resolve) => res.once('close', resolve));
+      const acking = ack === undefined ? undefined : delivery.ack(agent, ack);
+      // settles only if the ack is refused: the poll then ends at once
+      const refused = acking?.then(
+        () => new Promise(() => {}),
+        () => undefined,
+      );
+      const closed = refused === undefined ? gone : Promise.race([gone, refused]);
+      const got = await delivery.inbox(agent, wait, max, closed, pageBudget(maxPageBytes));
+      const deliveries = `"deliveries":[${got.join(',')}]}`;
+      if (acking === undefined) return { body: `{${deliveries}` };
+      return { body: `${ackFields(await acking)},${deliveries}` };
+    } finally {
+      polls.leave(agent);
+    }
+  };
   return [
     route({
       method: 'GET',
@@ -125,19 +161,15 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/inbox',
       who: 'agent',
-      handler: async ({ ctx, query, res }) => {
-        const wait = intParam(query, 'wait', 0, 0, MAX_WAIT_S);
-        const max = intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX);
-        polls.enter(ctx.agent);
-        try {
-          const closed = new Promise((resolve) => res.once('close', resolve));
-          const budget = pageBudget(maxPageBytes);
-          const got = await delivery.inbox(ctx.agent, wait, max, closed, budget);
-          return { body: `{"deliveries":[${got.join(',')}]}` };
-        } finally {
-          polls.leave(ctx.agent);
-        }
-      },
+      handler: ({ ctx, query, res }) => inbox(ctx.agent, query, res),
+    }),
+    route({
+      // acks carried on the next poll: one request and one commit where two of each were
+      method: 'POST',
+      path: '/v1/inbox',
+      who: 'agent',
+      body: deliveryIds,
+      handler: ({ ctx, query, res, body }) => inbox(ctx.agent, query, res, body),
     }),
     route({
       method: 'POST',
@@ -244,6 +276,11 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       },
     }),
   ];
+}
+
+/** An ack's answer as the opening members of a JSON object: `{"acked":[..],...`. */
+function ackFields(a: { acked: unknown; dead_lettered: unknown; unknown: unknown }): string {
+  return JSON.stringify(a).slice(0, -1);
 }
 
 /**
