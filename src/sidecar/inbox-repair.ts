@@ -80,7 +80,8 @@ export class InboxRepair {
     if (out.length < max) {
       const answer = await upstream(out.length > 0 ? 0 : waitS, max - out.length);
       if (answer.status !== 200) return out.length > 0 ? render(out) : answer;
-      const { deliveries } = JSON.parse(answer.body as string) as { deliveries: Delivery[] };
+      const polled = JSON.parse(answer.body as string) as Polled;
+      const { deliveries } = polled;
       const gapsBefore = this.#gapCount();
       const first = out.length;
       await this.#take(deliveries, out);
@@ -90,6 +91,7 @@ export class InboxRepair {
       } else if (first === 0 && out.length === deliveries.length) {
         return answer; // every delivery handed over as the adapter wrote it: its bytes will do
       }
+      return render(out, polled);
     }
     return render(out);
   }
@@ -320,8 +322,21 @@ function heldOf(d: Delivery): Held {
   };
 }
 
-function render(out: readonly Delivery[]): Answer {
-  return { status: 200, body: JSON.stringify({ deliveries: out }) };
+/** An adapter's inbox answer: a POST /v1/inbox's also has its acks' fields. */
+interface Polled {
+  readonly deliveries: Delivery[];
+  readonly acked?: number[];
+  readonly dead_lettered?: number[];
+  readonly unknown?: number[];
+}
+
+/** The deliveries handed over, after the acks' fields of the adapter's answer if it had them. */
+function render(out: readonly Delivery[], polled?: Polled): Answer {
+  const acks =
+    polled?.acked === undefined
+      ? {}
+      : { acked: polled.acked, dead_lettered: polled.dead_lettered, unknown: polled.unknown };
+  return { status: 200, body: JSON.stringify({ ...acks, deliveries: out }) };
 }
 
 /** The agent's delivery ids: the adapter's (positive) and the sidecar's own (negative). */

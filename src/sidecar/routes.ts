@@ -99,6 +99,19 @@ export function sidecarRoutes(
         ),
     }),
     route({
+      // acks carried on the poll (service.inbox): one request instead of two
+      method: 'POST',
+      path: '/v1/inbox',
+      who: 'agent',
+      body: deliveryIds,
+      handler: ({ query, body }) =>
+        service.inbox(
+          intParam(query, 'wait', 0, 0, MAX_WAIT_S),
+          intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX),
+          body,
+        ),
+    }),
+    route({
       method: 'POST',
       path: '/v1/acks',
       who: 'agent',

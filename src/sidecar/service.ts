@@ -78,8 +78,13 @@ export class SidecarService {
     );
   }
 
-  /** Up to `max` deliveries, waiting up to `wait` s; gaps filled and acked ones left out. */
-  inbox(wait: number, max: number): Promise<Answer> {
+  /**
+   * Up to `max` deliveries, waiting up to `wait` s; gaps filled and acked ones left out. With
+   * `ack` (POST /v1/inbox), these are acked first, as POST /v1/acks would, and the answer has
+   * its fields too.
+   */
+  inbox(wait: number, max: number, ack?: readonly number[]): Promise<Answer> {
+    if (ack !== undefined) return this.#inboxAcking(wait, max, ack);
     return this.#o.repair.inbox(wait, max, (w, m) =>
       this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w),
     );
@@ -175,6 +180,37 @@ export class SidecarService {
     };
   }
 
+  /**
+   * Acks carried on a poll. The adapter's ids ride on the sidecar's own poll upstream (one
+   * request, one commit there); when the sidecar answers from what it holds without polling, or
+   * that poll fails, they go on their own as POST /v1/acks. The sidecar's own ids are settled
+   * here, as by ack().
+   */
+  async #inboxAcking(wait: number, max: number, ids: readonly number[]): Promise<Answer> {
+    const { upstream, local } = this.#o.repair.acked(ids);
+    let carried = upstream.length === 0;
+    const answer = await this.#o.repair.inbox(wait, max, async (w, m) => {
+      const path = `/v1/inbox?wait=${w}&max=${m}`;
+      if (carried) return this.#call('GET', path, undefined, w);
+      const polled = await this.#call('POST', path, JSON.stringify({ delivery_ids: upstream }), w);
+      carried = polled.status === 200;
+      return polled;
+    });
+    if ((answer.status ?? 200) !== 200) return answer;
+    if (carried && local.length === 0 && upstream.length > 0) return answer;
+    let acks: Record<string, unknown> = { acked: [], dead_lettered: [], unknown: [] };
+    if (!carried) {
+      const settled: Answer = await this.#settle('/v1/acks', upstream, []);
+      if ((settled.status ?? 200) !== 200) return settled;
+      acks = bodyOf(settled);
+    } else if (upstream.length > 0) {
+      acks = bodyOf(answer);
+    }
+    const { deliveries } = bodyOf(answer);
+    const acked = [...((acks.acked as number[] | undefined) ?? []), ...local];
+    return { status: 200, body: { ...acks, acked, deliveries } };
+  }
+
   /** Acks or nacks: upstream ids to the adapter, the sidecar's own merged into its answer. */
   async #settle(
     path: '/v1/acks' | '/v1/nacks',
@@ -216,6 +252,14 @@ export class SidecarService {
     }
     return { status: res.status, body: res.body, retryAfterS: res.retryAfterS };
   }
+}
+
+/** An answer's body as an object (the adapter's arrive as text). */
+function bodyOf(answer: Answer): Record<string, unknown> {
+  return (typeof answer.body === 'string' ? JSON.parse(answer.body) : answer.body) as Record<
+    string,
+    unknown
+  >;
 }
 
 /**
