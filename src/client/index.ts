@@ -199,6 +199,8 @@ export class GatewayClient {
   readonly url: string;
   readonly #headers: Record<string, string>;
   readonly #seen = new Set<string>();
+  /** Whether acks may ride on the next poll (false once a gateway answered it with 405). */
+  #ackOnPoll = true;
   readonly #fetch: typeof fetch;
   readonly #sendAttempts: number;
   readonly #retryBaseMs: number;
@@ -278,72 +280,92 @@ export class GatewayClient {
         ? opts.extendLeaseMs
         : positiveInt('extendLeaseMs', opts.extendLeaseMs);
     let failures = 0;
-    while (!opts.signal?.aborted) {
-      let deliveries: Delivery[];
-      try {
-        ({ deliveries } = (await this.#call(
-          'GET',
-          `/v1/inbox?wait=${wait}&max=${max}`,
-          undefined,
-          opts.signal,
-        )) as {
-          deliveries: Delivery[];
-        });
-      } catch (err) {
-        if (opts.signal?.aborted) return;
-        // full jitter over a doubling cap, never sooner than Retry-After: agents that lost their
-        // sidecar or adapter together do not all come back in the same second
-        const told = err instanceof GatewayClientError ? (err.retryAfterS ?? 0) * 1000 : 0;
-        const cap = Math.min(this.#retryMaxMs, this.#retryBaseMs * 2 ** Math.min(failures++, 30));
-        await new Promise((r) => setTimeout(r, Math.max(told, cap * Math.random())));
-        continue;
+    // The ack of a poll's last delivery goes with the next poll (POST /v1/inbox): one request
+    // where two were, and the channel's next message in that very answer. The others are acked
+    // at once, so a long batch never holds a finished delivery's lease.
+    let carry: number[] = [];
+    try {
+      while (!opts.signal?.aborted) {
+        let deliveries: Delivery[];
+        const path = `/v1/inbox?wait=${wait}&max=${max}`;
+        try {
+          ({ deliveries } = (await (carry.length === 0
+            ? this.#call('GET', path, undefined, opts.signal)
+            : this.#call('POST', path, { delivery_ids: carry }, opts.signal))) as {
+            deliveries: Delivery[];
+          });
+          carry = [];
+        } catch (err) {
+          if (opts.signal?.aborted) return;
+          if (carry.length > 0 && !(err instanceof GatewayClientError && err.retryable)) {
+            // refused: on its own it can tell which; a gateway from before POST /v1/inbox (405)
+            // is not asked again
+            if (err instanceof GatewayClientError && err.status === 405) this.#ackOnPoll = false;
+            await this.#settle(this.ack(carry));
+            carry = [];
+            continue;
+          }
+          // full jitter over a doubling cap, never sooner than Retry-After: agents that lost
+          // their sidecar or adapter together do not all come back in the same second
+          const told = err instanceof GatewayClientError ? (err.retryAfterS ?? 0) * 1000 : 0;
+          const cap = Math.min(this.#retryMaxMs, this.#retryBaseMs * 2 ** Math.min(failures++, 30));
+          await new Promise((r) => setTimeout(r, Math.max(told, cap * Math.random())));
+          continue;
+        }
+        failures = 0;
+        if (deliveries.length === 0) continue;
+        const keeper =
+          extendMs === false
+            ? undefined
+            : new LeaseKeeper(deliveries, Date.now(), {
+                extend: (ids, ms) => this.extendLease(ids, ms),
+                extendMs,
+                onError: (err, ids) => opts.onLeaseError?.(err, ids),
+              });
+        try {
+          for (const [i, d] of deliveries.entries()) {
+            if (!(await this.#handle(d, handler, opts, keeper))) continue;
+            if (i === deliveries.length - 1 && this.#ackOnPoll) carry = [d.delivery_id];
+            else await this.#settle(this.ack([d.delivery_id]));
+          }
+        } finally {
+          keeper?.close();
+        }
       }
-      failures = 0;
-      if (deliveries.length === 0) continue;
-      const keeper =
-        extendMs === false
-          ? undefined
-          : new LeaseKeeper(deliveries, Date.now(), {
-              extend: (ids, ms) => this.extendLease(ids, ms),
-              extendMs,
-              onError: (err, ids) => opts.onLeaseError?.(err, ids),
-            });
-      try {
-        for (const d of deliveries) await this.#handle(d, handler, opts, keeper);
-      } finally {
-        keeper?.close();
-      }
+    } finally {
+      // stopped with an ack still to carry (or a poll carrying one aborted): sent on its own
+      if (carry.length > 0) await this.#settle(this.ack(carry));
     }
   }
 
+  /** Runs the handler; true when the delivery is to be acked, false when it was nacked. */
   async #handle(
     d: Delivery,
     handler: (message: Message, delivery: Delivery) => Promise<void>,
     opts: ReceiveOptions,
     keeper: LeaseKeeper | undefined,
-  ): Promise<void> {
-    const ids = [d.delivery_id];
+  ): Promise<boolean> {
     if (this.#seen.has(d.message.message_id)) {
       keeper?.release(d.delivery_id);
-      await this.#settle(this.ack(ids));
-      return;
+      return true;
     }
     try {
       await handler(d.message, d);
     } catch (err) {
       keeper?.release(d.delivery_id);
       opts.onError?.(err, d);
+      const ids = [d.delivery_id];
       await this.#settle(
         isPermanentError(err)
           ? this.nack(ids, { retry: false, reason: reasonOf(err) })
           : this.nack(ids),
       );
-      return;
+      return false;
     }
     keeper?.release(d.delivery_id);
     this.#seen.add(d.message.message_id);
     if (this.#seen.size > SEEN_MAX) this.#seen.delete(this.#seen.values().next().value!);
-    await this.#settle(this.ack(ids));
+    return true;
   }
 
   /**
