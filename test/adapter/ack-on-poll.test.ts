@@ -175,8 +175,12 @@ describe('POST /v1/inbox: acks carried on the poll', { timeout: 20_000 }, () => 
     await turn();
     expect((await stateOf(first)).qa).toBe('acked'); // acked before the wait is over
 
+    const parkedAt = log.groups.length;
     const second = await sendAs(t.url, 'pm', '@qa', 'status', { n: 2 });
     const res = await answer;
+    // handed off: the parked poll's lease went into the send's own commit, after the append,
+    // and no commit of its own followed
+    expect(log.groups.slice(parkedAt)).toEqual([['append', 'lease']]);
     // a poll whose wait ran out answers no deliveries: this one was woken by the send
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ acked: [d.delivery_id], dead_lettered: [], unknown: [] });
