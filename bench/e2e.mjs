@@ -1,6 +1,7 @@
 // End-to-end latency, send to long-poll receive: pm sends direct messages to qa at a fixed rate
 // (open loop, default 500 msg/s) while qa long-polls and acks. Latency is the receiving time
-// minus the sending time, both on this process's clock. One JSON line on stdout.
+// minus the sending time, both on this process's clock. qa acks each answer on its next poll
+// (POST /v1/inbox), as the client library does. One JSON line on stdout.
 //
 //   node bench/e2e.mjs [--rate 500] [--seconds 10]
 import { parseArgs } from 'node:util';
@@ -22,24 +23,28 @@ const latencies = [];
 let sent = 0;
 let receiving = true;
 const receiver = (async () => {
+  let carry = [];
+  const body = (ids) => ({ body: JSON.stringify({ delivery_ids: ids }) });
   while (receiving) {
     const res = await pool.request({
-      method: 'GET',
+      method: carry.length > 0 ? 'POST' : 'GET',
       path: '/v1/inbox?wait=1&max=100',
       headers: auth('qa'),
+      ...(carry.length > 0 ? body(carry) : {}),
     });
     const { deliveries } = await res.body.json();
     const t = performance.now();
-    if (deliveries.length === 0) continue;
+    carry = deliveries.map((d) => d.delivery_id);
     for (const d of deliveries) latencies.push(t - d.message.payload.t);
-    await (
-      await pool.request({
-        method: 'POST',
-        path: '/v1/acks',
-        headers: auth('qa'),
-        body: JSON.stringify({ delivery_ids: deliveries.map((d) => d.delivery_id) }),
-      })
-    ).body.text();
+  }
+  if (carry.length > 0) {
+    const res = await pool.request({
+      method: 'POST',
+      path: '/v1/acks',
+      headers: auth('qa'),
+      ...body(carry),
+    });
+    await res.body.text();
   }
 })();
 

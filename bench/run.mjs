@@ -60,7 +60,8 @@ const rows = values.from
       ...(await run('peers.mjs', ['--seconds', seconds])),
       ...(await run('e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
       ...(await run('peers-e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
-      ...(await run('fanout.mjs', ['--seconds', seconds])),
+      ...(await run('fanout.mjs', ['--seconds', seconds, '--acks', 'on-poll'])),
+      ...(await run('fanout.mjs', ['--seconds', seconds, '--acks', 'separate'])),
       ...(await run('peers-fanout.mjs', ['--seconds', seconds])),
       ...(await run('stored.mjs', ['--seconds', seconds])),
       ...(await run('sidecar.mjs', ['--seconds', seconds])),
@@ -136,7 +137,13 @@ const v4_64 = find({ target: 'adapter', sync: 'full', keys: 'v4', inflight: 64 }
 const e2e = rows.find((r) => r.bench === 'e2e');
 const peer = (target, inflight) =>
   rows.find((r) => r.bench === 'peer-send' && r.target === target && r.inflight === inflight);
-const fan = rows.find((r) => r.bench === 'fanout');
+// acks carried on the next poll, as the client library sends them (an older run: its only row)
+const fan =
+  rows.find((r) => r.bench === 'fanout' && r.acks === 'on-poll') ??
+  rows.find((r) => r.bench === 'fanout');
+const fanSeparate = rows.find(
+  (r) => r.bench === 'fanout' && r.build !== 'before' && r.acks === 'separate',
+);
 const drain = rows.find((r) => r.bench === 'sidecar-drain');
 const idle = rows.find((r) => r.bench === 'sidecar-idle');
 const of = (build, bench, q = {}) =>
@@ -162,14 +169,25 @@ const sendRatio = (build, n) => {
   const d = of(build, 'trip-send', { route: 'direct', inflight: n });
   return sc && d ? `${round(sc.per_second / d.per_second, 2)}×` : '-';
 };
+// each build's first trip row of a route: acks on the poll where the build takes them (after),
+// on their own where it does not (before)
 const beforeAfter = [
   ...['direct', 'sidecars'].map((route) => [
-    `end to end at 500 msg/s, ${route === 'direct' ? 'direct to the adapter' : 'through two sidecars'}: p50 / p99 ms`,
+    `end to end at 500 msg/s, ${route === 'direct' ? 'direct to the adapter' : 'through two sidecars'}, acks as the client sends them: p50 / p99 ms`,
     (b) => {
       const r = of(b, 'trip', { route });
-      return r ? `${r.p50_ms} / ${r.p99_ms}` : '-';
+      return r ? `${r.p50_ms} / ${r.p99_ms} (acks ${r.acks ?? 'separate'})` : '-';
     },
   ]),
+  [
+    'the same through two sidecars, acks on their own (POST /v1/acks) in both: p50 / p99 ms',
+    (b) => {
+      const r =
+        of(b, 'trip', { route: 'sidecars', acks: 'separate' }) ??
+        (b === 'before' ? of(b, 'trip', { route: 'sidecars' }) : undefined);
+      return r ? `${r.p50_ms} / ${r.p99_ms}` : '-';
+    },
+  ],
   ...[1, 16, 64].map((n) => [
     `acked sends/s through the sidecar at ${n} in flight (and its ratio to direct)`,
     (b) => {
@@ -186,8 +204,13 @@ const beforeAfter = [
     (b) => cpuCell(of(b, 'trip', { route: 'sidecars' })),
   ],
   [
-    'fan-out to five: deliveries received and acked per second',
-    (b) => of(b, 'fanout')?.deliveries_per_second_while_sending?.toLocaleString('en') ?? '-',
+    'fan-out to five: deliveries received and acked per second (acks as the client sends them)',
+    (b) => {
+      const r = of(b, 'fanout');
+      return r
+        ? `${r.deliveries_per_second_while_sending.toLocaleString('en')} (acks ${r.acks ?? 'separate'})`
+        : '-';
+    },
   ],
   [
     'sidecar RSS 2 s after start / idle (30 s), MiB',
@@ -327,7 +350,8 @@ ${[1, 16, 64].map((n) => commitRow('full', 'v4', n)).join('\n')}
 |---|---|
 | end-to-end latency, send to long-poll receive, at ${e2e?.rate} msg/s (p50 / p99 / max) | ${e2e?.p50_ms} / ${e2e?.p99_ms} / ${e2e?.max_ms} ms (${e2e?.received} of ${e2e?.sent} received) |
 | fan-out to a 5-member channel, 16 in flight: messages accepted | ${fan?.messages_per_second?.toLocaleString('en')}/s |
-| fan-out: deliveries received and acked by the five | ${fan?.deliveries_per_second_while_sending?.toLocaleString('en')}/s |
+| fan-out: deliveries received and acked by the five, acks carried on the next poll | ${fan?.deliveries_per_second_while_sending?.toLocaleString('en')}/s |
+| the same, acks on their own (POST /v1/acks before the next poll) | ${fanSeparate?.deliveries_per_second_while_sending?.toLocaleString('en') ?? '-'}/s |
 ${rows
   .filter((r) => r.bench === 'peer-fanout')
   .map(
@@ -363,9 +387,11 @@ ${[
   )
   .join('\n')}
 
-An end-to-end trip here is two commits, only the first fsynced: the send's, then the lease the
-woken poll writes before it answers, which is NORMAL (docs/design/durability.md: a lost lease is
-a redelivery).
+An end-to-end trip here is one commit when the receiver's poll is parked as the message arrives:
+the poll's lease is queued into the send's own group (docs/design/delivery.md), so the message
+and its hand-over share one fsync; a poll that arrives later leases in a commit of its own,
+NORMAL (docs/design/durability.md: a lost lease is a redelivery). The ack rides on the next
+poll and shares its commit.
 
 ## Stored messages
 
@@ -439,8 +465,12 @@ one at a time.
 ${(() => {
   const d = of('after', 'trip', { route: 'direct' });
   const sc = of('after', 'trip', { route: 'sidecars' });
+  const dSep = of('after', 'trip', { route: 'direct', acks: 'separate' });
+  const scSep = of('after', 'trip', { route: 'sidecars', acks: 'separate' });
+  const e2eCell = (r) => (r ? `${r.p50_ms} / ${r.p99_ms} / ${r.max_ms}` : '-');
   return [
-    `| end to end at ${sc?.rate ?? '?'} msg/s, p50 / p99 / max ms | ${d?.p50_ms} / ${d?.p99_ms} / ${d?.max_ms} | ${sc?.p50_ms} / ${sc?.p99_ms} / ${sc?.max_ms} |`,
+    `| end to end at ${sc?.rate ?? '?'} msg/s, acks carried on the next poll: p50 / p99 / max ms | ${e2eCell(d)} | ${e2eCell(sc)} |`,
+    `| the same, acks on their own before the next poll | ${e2eCell(dSep)} | ${e2eCell(scSep)} |`,
     `| the same, as a ratio to PostgreSQL LISTEN/NOTIFY's p50 / p99 (${pgE2e?.p50_ms} / ${pgE2e?.p99_ms} ms) | ${d && pgE2e ? `${round(d.p50_ms / pgE2e.p50_ms, 2)}× / ${round(d.p99_ms / pgE2e.p99_ms, 2)}×` : '-'} | ${sc && pgE2e ? `${round(sc.p50_ms / pgE2e.p50_ms, 2)}× / ${round(sc.p99_ms / pgE2e.p99_ms, 2)}×` : '-'} |`,
     ...[1, 16, 64].map((n) => {
       const a = of('after', 'trip-send', { route: 'direct', inflight: n });

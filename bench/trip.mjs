@@ -4,6 +4,8 @@
 // - `trip`: end-to-end latency at a fixed rate (open loop, default 500 msg/s), send to
 //   long-poll receive, through the two sidecars; the same run direct to the adapter beside it.
 //   For each process, CPU time per message (utime + stime from /proc over the measured part).
+//   Each route twice: acks carried on the next poll (POST /v1/inbox), and acks on their own
+//   before the next poll (POST /v1/acks, then GET /v1/inbox; the only way before the first).
 // - `trip-send`: acked sends at 1 / 16 / 64 in flight through pm's sidecar and direct.
 // - `trip-fsyncs` (with --fsyncs, needs strace): fsync and fdatasync calls per trip in each
 //   process, counted by strace attached for a run of 500 trips one at a time.
@@ -77,8 +79,31 @@ function cpuSeconds(pid) {
   return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ 100)
 }
 
-/** Sends at `rate` for `secs` while the receiver long-polls and acks; latencies in ms. */
-async function trip(route, secs, perSecond, { warmup = 1000 } = {}) {
+/**
+ * Whether this build takes acks on the poll (POST /v1/inbox); a build from before it answers
+ * 405, and its trips ack on their own only.
+ */
+async function acksOnPoll() {
+  const [url, headers] = routes.direct.receive;
+  const pool = new Pool(url, { connections: 1 });
+  const res = await pool.request({
+    method: 'POST',
+    path: '/v1/inbox?wait=0&max=1',
+    headers,
+    body: '{"delivery_ids":[1]}',
+  });
+  await res.body.text();
+  await pool.close();
+  return res.statusCode === 200;
+}
+const ackModes = (await acksOnPoll()) ? ['on-poll', 'separate'] : ['separate'];
+
+/**
+ * Sends at `rate` for `secs` while the receiver long-polls and acks; latencies in ms. `acks`:
+ * `on-poll` carries each answer's acks on the next poll (POST /v1/inbox, as the client library
+ * does), `separate` acks with POST /v1/acks before polling again (GET /v1/inbox).
+ */
+async function trip(route, secs, perSecond, { warmup = 1000, acks = ackModes[0] } = {}) {
   const [sendUrl, sendHeaders] = routes[route].send;
   const [recvUrl, recvHeaders] = routes[route].receive;
   const { to } = routes[route];
@@ -86,26 +111,29 @@ async function trip(route, secs, perSecond, { warmup = 1000 } = {}) {
   const recvPool = new Pool(recvUrl, { connections: 2 });
   const latencies = [];
   let receiving = true;
+  const settle = async (method, path, ids) => {
+    const res = await recvPool.request({
+      method,
+      path,
+      headers: recvHeaders,
+      ...(ids.length > 0 ? { body: JSON.stringify({ delivery_ids: ids }) } : {}),
+    });
+    return res.body.json();
+  };
   const receiver = (async () => {
+    let carry = [];
     while (receiving) {
-      const res = await recvPool.request({
-        method: 'GET',
-        path: '/v1/inbox?wait=1&max=100',
-        headers: recvHeaders,
-      });
-      const { deliveries } = await res.body.json();
+      const inbox = '/v1/inbox?wait=1&max=100';
+      const { deliveries } = await settle(carry.length > 0 ? 'POST' : 'GET', inbox, carry);
+      carry = [];
       const t = performance.now();
       if (deliveries.length === 0) continue;
       for (const d of deliveries) latencies.push(t - d.message.payload.t);
-      await (
-        await recvPool.request({
-          method: 'POST',
-          path: '/v1/acks',
-          headers: recvHeaders,
-          body: JSON.stringify({ delivery_ids: deliveries.map((d) => d.delivery_id) }),
-        })
-      ).body.text();
+      const ids = deliveries.map((d) => d.delivery_id);
+      if (acks === 'on-poll') carry = ids;
+      else await settle('POST', '/v1/acks', ids);
     }
+    if (carry.length > 0) await settle('POST', '/v1/acks', carry);
   })();
   const total = Math.round(perSecond * secs);
   const start = performance.now() + warmup;
@@ -152,11 +180,16 @@ async function trip(route, secs, perSecond, { warmup = 1000 } = {}) {
 }
 
 // warm-up, unmeasured: the first run after start also pays for the store's files growing and
-// for the JIT, which would fall on whichever route ran first
-for (const route of ['direct', 'sidecars']) await trip(route, 2, rate);
-for (const route of ['direct', 'sidecars']) {
-  const r = await trip(route, seconds, rate);
-  console.log(JSON.stringify({ bench: 'trip', route, rate, seconds, ...r }));
+// for the JIT, which would fall on whichever route ran first; each route in each ack mode, so
+// that no measured run is the first of its kind
+for (const acks of ackModes) {
+  for (const route of ['direct', 'sidecars']) await trip(route, 2, rate, { acks });
+}
+for (const acks of ackModes) {
+  for (const route of ['direct', 'sidecars']) {
+    const r = await trip(route, seconds, rate, { acks });
+    console.log(JSON.stringify({ bench: 'trip', route, acks, rate, seconds, ...r }));
+  }
 }
 
 for (const inflight of [1, 16, 64]) {
@@ -211,7 +244,15 @@ if (values.fsyncs) {
       };
       perTrip[t.name] = round((count('fsync') + count('fdatasync')) / r.sent, 2);
     }
-    console.log(JSON.stringify({ bench: 'trip-fsyncs', route, trips: r.sent, per_trip: perTrip }));
+    console.log(
+      JSON.stringify({
+        bench: 'trip-fsyncs',
+        route,
+        acks: ackModes[0],
+        trips: r.sent,
+        per_trip: perTrip,
+      }),
+    );
   }
 }
 
