@@ -137,6 +137,15 @@ export const MIGRATIONS: readonly string[] = [
   ) WITHOUT ROWID;
   ALTER TABLE alert_state ADD COLUMN sender TEXT;
   `,
+  // 5: the foreign key check of every delivery retention deletes. SQLite enforces foreign keys
+  // here (better-sqlite3 turns them on), and deleting a delivery looks for dead letters that
+  // still name it: without an index on dead_letters (delivery) that is a scan of every dead
+  // letter for each delivery pruned, so a batch of 200 messages to five agents with 10,000 dead
+  // letters stored held the loop for about 300 ms (1,000 messages: 1.5 s; with the index 14 ms).
+  // The PostgreSQL store has had this index from its first migration.
+  `
+  CREATE INDEX IF NOT EXISTS dead_letters_by_delivery ON dead_letters (delivery);
+  `,
 ];
 
 export const SQL = {
