@@ -5,11 +5,11 @@
  * a real adapter; a loopback proxy in between records the requests (and, for the 405 case,
  * answers POST /v1/inbox as a gateway without it would).
  */
-import { createServer, request, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { afterEach, expect, it } from 'vitest';
 import { GatewayClient, type Message } from '../../src/client/index.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
-import { call, type Json, sendAs } from '../helpers/http.js';
+import { call, forward, type Json, sendAs } from '../helpers/http.js';
 import { tokenOf } from '../helpers/topology.js';
 
 /** Forwards to `target`, recording method and path; with `refuseCarry`, POST /v1/inbox is 405. */
@@ -26,16 +26,7 @@ async function recordingProxy(target: string, { refuseCarry = false } = {}) {
       );
       return;
     }
-    const up = request(
-      target + (req.url ?? '/'),
-      { method: req.method, headers: req.headers },
-      (r) => {
-        res.writeHead(r.statusCode ?? 502, r.headers);
-        r.pipe(res);
-      },
-    );
-    up.on('error', () => res.destroy());
-    req.pipe(up);
+    forward(target, req, res);
   });
   const url = await new Promise<string>((resolve) =>
     server.listen(0, '127.0.0.1', () => {

@@ -2,6 +2,7 @@
  * JSON requests for tests, with an agent's token when asked.
  */
 import { randomUUID } from 'node:crypto';
+import { type IncomingMessage, request, type ServerResponse } from 'node:http';
 import { tokenOf } from './topology.js';
 
 /** A JSON answer of any shape: tests index into it freely. */
@@ -56,4 +57,18 @@ export async function pollAs(
   const r = await call(url, 'GET', `/v1/inbox?wait=${wait}&max=${max}`, { agent });
   if (r.status !== 200) throw new Error(`poll as ${agent}: ${r.status} ${JSON.stringify(r.body)}`);
   return r.body.deliveries as Json[];
+}
+
+/** Passes a request on to `target` as it came and its answer back as it is (a test's proxy). */
+export function forward(target: string, req: IncomingMessage, res: ServerResponse): void {
+  const up = request(
+    target + (req.url ?? '/'),
+    { method: req.method, headers: req.headers },
+    (r) => {
+      res.writeHead(r.statusCode ?? 502, r.headers);
+      r.pipe(res);
+    },
+  );
+  up.on('error', () => res.destroy());
+  req.pipe(up);
 }

@@ -5,10 +5,10 @@
  * without polling upstream, the adapter's ids go up on their own as POST /v1/acks. A loopback
  * proxy between the two records what the sidecar asked of the adapter.
  */
-import { createServer, request, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
-import { call, type Json, sendAs } from '../helpers/http.js';
+import { call, forward, type Json, sendAs } from '../helpers/http.js';
 import { startTestSidecar, type TestSidecar } from '../helpers/sidecar.js';
 
 /** Forwards everything to `target`, recording each request's method and path. */
@@ -16,16 +16,7 @@ async function recordingProxy(target: string) {
   const seen: string[] = [];
   const server: Server = createServer((req, res) => {
     seen.push(`${req.method} ${req.url}`);
-    const up = request(
-      target + (req.url ?? '/'),
-      { method: req.method, headers: req.headers },
-      (r) => {
-        res.writeHead(r.statusCode ?? 502, r.headers);
-        r.pipe(res);
-      },
-    );
-    up.on('error', () => res.destroy());
-    req.pipe(up);
+    forward(target, req, res);
   });
   const url = await new Promise<string>((resolve) =>
     server.listen(0, '127.0.0.1', () => {

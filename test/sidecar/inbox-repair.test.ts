@@ -9,12 +9,12 @@
  *   evicted, the rest in order.
  */
 import { randomUUID } from 'node:crypto';
-import { createServer, request, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, expect, it } from 'vitest';
 import { type ChildProcessOfCli, spawnAdapter, spawnSidecar } from '../helpers/cli.js';
-import { call, type Json } from '../helpers/http.js';
+import { call, forward, type Json } from '../helpers/http.js';
 import { tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-repair-');
@@ -152,27 +152,18 @@ function replayGate(target: string) {
   let held: (() => void)[] | undefined;
   const arrived: (() => void)[] = [];
   const server: Server = createServer((req, res) => {
-    const forward = () => {
-      const up = request(
-        target + (req.url ?? '/'),
-        { method: req.method, headers: req.headers },
-        (r) => {
-          res.writeHead(r.statusCode ?? 502, r.headers);
-          r.pipe(res);
-        },
-      );
-      up.on('error', () => res.destroy());
-      req.pipe(up);
+    const pass = () => {
+      forward(target, req, res);
     };
     if (req.url?.startsWith('/v1/channels/')) {
       replays.push(req.url);
       for (const a of arrived.splice(0)) a();
       if (held !== undefined) {
-        held.push(forward);
+        held.push(pass);
         return;
       }
     }
-    forward();
+    pass();
   });
   return {
     replays,
