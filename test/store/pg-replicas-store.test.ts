@@ -287,7 +287,9 @@ describe('PostgreSQL store, two replicas on one database', () => {
     for (const agent of TEAM) expect(await b.depth(agent)).toEqual({ all: 0, critical: 0 });
   });
 
-  it('never deadlocks: mixed groups touching channels and agents in every order, on both at once', async () => {
+  it('never deadlocks: mixed groups touching channels and agents in every order, on both at once', {
+    timeout: 30_000,
+  }, async () => {
     const { a, b, url } = await replicas({ delivery: { capacity: 20, leaseMs: 1000 } });
     const rnd = (() => {
       let s = 42;
