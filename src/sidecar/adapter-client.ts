@@ -7,9 +7,9 @@
  * failure, for /v1/status.
  */
 import type { Dispatcher } from 'undici';
-import { Pool } from 'undici';
 import { isRetryableAnswer } from '../protocol/errors.js';
 import { SIDECAR_POLL_CONNECTIONS } from '../protocol/limits.js';
+import { Pool } from './undici-pool.js';
 
 export interface AdapterResponse {
   readonly status: number;
@@ -154,7 +154,7 @@ interface Exchanged {
  * Here one timer is armed and cleared with the answer.
  */
 function exchange(
-  pool: Dispatcher,
+  pool: Pool,
   method: 'GET' | 'POST',
   path: string,
   headers: Record<string, string>,
