@@ -5,44 +5,28 @@
  * a real adapter; a loopback proxy in between records the requests (and, for the 405 case,
  * answers POST /v1/inbox as a gateway without it would).
  */
-import { createServer, type Server } from 'node:http';
 import { afterEach, expect, it } from 'vitest';
 import { GatewayClient, type Message } from '../../src/client/index.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
-import { call, forward, type Json, sendAs } from '../helpers/http.js';
+import { call, type Json, recordingProxy, sendAs } from '../helpers/http.js';
 import { tokenOf } from '../helpers/topology.js';
 
-/** Forwards to `target`, recording method and path; with `refuseCarry`, POST /v1/inbox is 405. */
-async function recordingProxy(target: string, { refuseCarry = false } = {}) {
-  const seen: string[] = [];
-  const server: Server = createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0]!;
-    seen.push(`${req.method} ${path}`);
-    if (refuseCarry && req.method === 'POST' && path === '/v1/inbox') {
-      req.resume();
-      res.writeHead(405, { 'content-type': 'application/json' });
-      res.end(
-        JSON.stringify({ error: 'method_not_allowed', message: '/v1/inbox takes GET, not POST' }),
-      );
-      return;
-    }
-    forward(target, req, res);
+/** The recording proxy; with `refuseCarry`, POST /v1/inbox is 405 as on a gateway without it. */
+async function carryProxy(target: string, { refuseCarry = false } = {}) {
+  const proxy = await recordingProxy(target, (req, res) => {
+    if (!refuseCarry || req.method !== 'POST' || !req.url?.startsWith('/v1/inbox')) return false;
+    req.resume();
+    res.writeHead(405, { 'content-type': 'application/json' });
+    res.end(
+      JSON.stringify({ error: 'method_not_allowed', message: '/v1/inbox takes GET, not POST' }),
+    );
+    return true;
   });
-  const url = await new Promise<string>((resolve) =>
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      resolve(`http://127.0.0.1:${port}`);
-    }),
-  );
   return {
-    url,
-    /** Inbox and ack requests, in order. */
-    deliveryCalls: () => seen.filter((s) => /\/v1\/(inbox|acks|nacks)$/.test(s)),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    ...proxy,
+    /** Inbox and ack requests (method and path), in order. */
+    deliveryCalls: () =>
+      proxy.seen.map((s) => s.split('?')[0]!).filter((s) => /\/v1\/(inbox|acks|nacks)$/.test(s)),
   };
 }
 
@@ -55,7 +39,7 @@ afterEach(async () => {
 async function stack(opts: { refuseCarry?: boolean } = {}) {
   const adapter: TestAdapter = await startTestAdapter();
   stops.push(adapter.stop);
-  const proxy = await recordingProxy(adapter.url, opts);
+  const proxy = await carryProxy(adapter.url, opts);
   stops.push(proxy.close);
   const qa = new GatewayClient({ url: proxy.url, token: tokenOf('qa') });
   return { adapter, proxy, qa };

@@ -2,7 +2,7 @@
  * JSON requests for tests, with an agent's token when asked.
  */
 import { randomUUID } from 'node:crypto';
-import { type IncomingMessage, request, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, request, type ServerResponse } from 'node:http';
 import { tokenOf } from './topology.js';
 
 /** A JSON answer of any shape: tests index into it freely. */
@@ -71,4 +71,35 @@ export function forward(target: string, req: IncomingMessage, res: ServerRespons
   );
   up.on('error', () => res.destroy());
   req.pipe(up);
+}
+
+/**
+ * A loopback proxy to `target` that records each request as `METHOD url` (query included), in
+ * arrival order, in `seen`. `intercept` may answer a request itself (it returns true) instead
+ * of passing it on.
+ */
+export async function recordingProxy(
+  target: string,
+  intercept?: (req: IncomingMessage, res: ServerResponse) => boolean,
+) {
+  const seen: string[] = [];
+  const server = createServer((req, res) => {
+    seen.push(`${req.method} ${req.url}`);
+    if (intercept?.(req, res) !== true) forward(target, req, res);
+  });
+  const url = await new Promise<string>((resolve) =>
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      resolve(`http://127.0.0.1:${port}`);
+    }),
+  );
+  return {
+    url,
+    seen,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
 }

@@ -5,35 +5,18 @@
  * without polling upstream, the adapter's ids go up on their own as POST /v1/acks. A loopback
  * proxy between the two records what the sidecar asked of the adapter.
  */
-import { createServer, type Server } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
-import { call, forward, type Json, sendAs } from '../helpers/http.js';
+import { call, type Json, recordingProxy, sendAs } from '../helpers/http.js';
 import { startTestSidecar, type TestSidecar } from '../helpers/sidecar.js';
 
-/** Forwards everything to `target`, recording each request's method and path. */
-async function recordingProxy(target: string) {
-  const seen: string[] = [];
-  const server: Server = createServer((req, res) => {
-    seen.push(`${req.method} ${req.url}`);
-    forward(target, req, res);
-  });
-  const url = await new Promise<string>((resolve) =>
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      resolve(`http://127.0.0.1:${port}`);
-    }),
-  );
+/** The recording proxy; `take(...paths)`: the requests to these paths, forgetting them all. */
+async function takingProxy(target: string) {
+  const proxy = await recordingProxy(target);
   return {
-    url,
-    /** The recorded requests to these endpoints, and forgets them all. */
+    ...proxy,
     take: (...paths: string[]) =>
-      seen.splice(0).filter((s) => paths.some((p) => s.split(' ')[1]!.startsWith(p))),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+      proxy.seen.splice(0).filter((s) => paths.some((p) => s.split(' ')[1]!.startsWith(p))),
   };
 }
 
@@ -45,14 +28,14 @@ afterEach(async () => {
 
 interface Stack {
   adapter: TestAdapter;
-  proxy: Awaited<ReturnType<typeof recordingProxy>>;
+  proxy: Awaited<ReturnType<typeof takingProxy>>;
   sidecar: TestSidecar;
 }
 
 async function stack(): Promise<Stack> {
   const adapter = await startTestAdapter();
   stops.push(adapter.stop);
-  const proxy = await recordingProxy(adapter.url);
+  const proxy = await takingProxy(adapter.url);
   stops.push(proxy.close);
   const sidecar = await startTestSidecar('qa', proxy.url);
   stops.push(sidecar.stop);
