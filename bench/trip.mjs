@@ -181,9 +181,12 @@ async function trip(route, secs, perSecond, { warmup = 1000, acks = ackModes[0] 
 
 // warm-up, unmeasured: the first run after start also pays for the store's files growing and
 // for the JIT, which would fall on whichever route ran first; each route in each ack mode, so
-// that no measured run is the first of its kind
+// that no measured run is the first of its kind. 8 s each: with 2 s, the first measured run
+// through the sidecars was slower whichever ack mode it was (p50 1.64-5.19 ms against 1.15-1.89
+// for the second, over five runs; reversing the order moved the slowness with it), while with
+// 8 s the order no longer decided it (2026-12-02)
 for (const acks of ackModes) {
-  for (const route of ['direct', 'sidecars']) await trip(route, 2, rate, { acks });
+  for (const route of ['direct', 'sidecars']) await trip(route, 8, rate, { acks });
 }
 for (const acks of ackModes) {
   for (const route of ['direct', 'sidecars']) {
