@@ -4,7 +4,6 @@
  * written once. Each call answers what the endpoint answered (status, JSON body, Retry-After);
  * a sidecar that does not answer is a 503 `sidecar_unreachable`.
  */
-
 import { Pool } from 'undici';
 import type { LeaseExtension, Nack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
