@@ -152,9 +152,11 @@ const of = (build, bench, q = {}) =>
       r.build === build && r.bench === bench && Object.entries(q).every(([k, v]) => r[k] === v),
   );
 const pgE2e = rows.find((r) => r.bench === 'peer-e2e' && r.target === 'postgresql');
-const cpuCell = (r) =>
+/** CPU per message of the processes a route uses (`keys`; all of them if not given). */
+const cpuCell = (r, keys) =>
   r
     ? Object.entries(r.cpu_us)
+        .filter(([k]) => keys === undefined || keys.includes(k))
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')
     : '-';
@@ -466,25 +468,53 @@ same sends direct to the adapter beside it. CPU is each process's user + system 
 measured part, per message; fsyncs are counted by strace in each process over 500 trips sent
 one at a time.
 
-| figure | direct to the adapter | through two sidecars |
-|---|---|---|
+| figure | direct to the adapter | through two bare proxies | through two sidecars |
+|---|---|---|---|
 ${(() => {
-  const d = of('after', 'trip', { route: 'direct' });
-  const sc = of('after', 'trip', { route: 'sidecars' });
-  const dSep = of('after', 'trip', { route: 'direct', acks: 'separate' });
-  const scSep = of('after', 'trip', { route: 'sidecars', acks: 'separate' });
+  const routes = ['direct', 'proxies', 'sidecars'];
+  const trips = (acks) => routes.map((route) => of('after', 'trip', { route, acks }));
+  const [d, px, sc] = trips('on-poll');
   const e2eCell = (r) => (r ? `${r.p50_ms} / ${r.p99_ms} / ${r.max_ms}` : '-');
+  const pgCell = (r) =>
+    r && pgE2e
+      ? `${round(r.p50_ms / pgE2e.p50_ms, 2)}× / ${round(r.p99_ms / pgE2e.p99_ms, 2)}×`
+      : '-';
+  const addedCell = (r) => (r && d ? `+${round(r.p50_ms - d.p50_ms, 3)} ms` : '-');
+  const row = (label, cells) => `| ${label} | ${cells.join(' | ')} |`;
   return [
-    `| end to end at ${sc?.rate ?? '?'} msg/s, acks carried on the next poll: p50 / p99 / max ms | ${e2eCell(d)} | ${e2eCell(sc)} |`,
-    `| the same, acks on their own before the next poll | ${e2eCell(dSep)} | ${e2eCell(scSep)} |`,
-    `| the same, as a ratio to PostgreSQL LISTEN/NOTIFY's p50 / p99 (${pgE2e?.p50_ms} / ${pgE2e?.p99_ms} ms) | ${d && pgE2e ? `${round(d.p50_ms / pgE2e.p50_ms, 2)}× / ${round(d.p99_ms / pgE2e.p99_ms, 2)}×` : '-'} | ${sc && pgE2e ? `${round(sc.p50_ms / pgE2e.p50_ms, 2)}× / ${round(sc.p99_ms / pgE2e.p99_ms, 2)}×` : '-'} |`,
+    row(
+      `end to end at ${sc?.rate ?? '?'} msg/s, acks carried on the next poll: p50 / p99 / max ms`,
+      [d, px, sc].map(e2eCell),
+    ),
+    row('the same, acks on their own before the next poll', trips('separate').map(e2eCell)),
+    row(
+      `the same, as a ratio to PostgreSQL LISTEN/NOTIFY's p50 / p99 (${pgE2e?.p50_ms} / ${pgE2e?.p99_ms} ms)`,
+      [d, px, sc].map(pgCell),
+    ),
+    row('p50 added to the direct trip (acks on the poll)', ['-', addedCell(px), addedCell(sc)]),
     ...[1, 16, 64].map((n) => {
-      const a = of('after', 'trip-send', { route: 'direct', inflight: n });
-      const b = of('after', 'trip-send', { route: 'sidecars', inflight: n });
-      return `| acked sends at ${n} in flight: msgs/s, p50 / p99 ms | ${a ? `${a.per_second.toLocaleString('en')}, ${a.p50_ms} / ${a.p99_ms}` : '-'} | ${b ? `${b.per_second.toLocaleString('en')}, ${b.p50_ms} / ${b.p99_ms} (${sendRatio('after', n)})` : '-'} |`;
+      const sends = routes.map((route) => of('after', 'trip-send', { route, inflight: n }));
+      const ratio = (r) =>
+        r && sends[0] ? ` (${round(r.per_second / sends[0].per_second, 2)}×)` : '';
+      return row(
+        `acked sends at ${n} in flight: msgs/s, p50 / p99 ms`,
+        sends.map((r, i) =>
+          r
+            ? `${r.per_second.toLocaleString('en')}, ${r.p50_ms} / ${r.p99_ms}${i > 0 ? ratio(r) : ''}`
+            : '-',
+        ),
+      );
     }),
-    `| fsyncs per trip, send to ack | ${fsyncCell(of('after', 'trip-fsyncs', { route: 'direct' }))} | ${fsyncCell(of('after', 'trip-fsyncs', { route: 'sidecars' }))} |`,
-    `| CPU µs per message at ${sc?.rate ?? '?'} msg/s | ${cpuCell(d)} | ${cpuCell(sc)} |`,
+    row('fsyncs per trip, send to ack', [
+      fsyncCell(of('after', 'trip-fsyncs', { route: 'direct' })),
+      '-',
+      fsyncCell(of('after', 'trip-fsyncs', { route: 'sidecars' })),
+    ]),
+    row(`CPU µs per message at ${sc?.rate ?? '?'} msg/s`, [
+      cpuCell(d, ['adapter']),
+      cpuCell(px, ['adapter', 'research proxy', 'orchestrator proxy']),
+      cpuCell(sc, ['adapter', 'pm sidecar', 'qa sidecar']),
+    ]),
   ].join('\n');
 })()}
 

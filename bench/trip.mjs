@@ -2,7 +2,9 @@
 // pm's sidecar takes the sends, qa's sidecar serves qa's long polls and acks.
 //
 // - `trip`: end-to-end latency at a fixed rate (open loop, default 500 msg/s), send to
-//   long-poll receive, through the two sidecars; the same run direct to the adapter beside it.
+//   long-poll receive, through the two sidecars; the same run direct to the adapter beside it,
+//   and through two bare proxies (bare-proxy.mjs) where the sidecars are: the floor of the two
+//   extra loopback hops alone, what the sidecars cost without any of their work.
 //   For each process, CPU time per message (utime + stime from /proc over the measured part).
 //   Each route twice: acks carried on the next poll (POST /v1/inbox), and acks on their own
 //   before the next poll (POST /v1/acks, then GET /v1/inbox; the only way before the first).
@@ -10,7 +12,8 @@
 // - `trip-fsyncs` (with --fsyncs, needs strace): fsync and fdatasync calls per trip in each
 //   process, counted by strace attached for a run of 500 trips one at a time.
 //
-//   node bench/trip.mjs [--rate 500] [--seconds 10] [--send-seconds 5] [--fsyncs]
+//   node bench/trip.mjs [--rate 500] [--seconds 10] [--send-seconds 5 (0: none)] [--fsyncs]
+//                       [--routes direct,proxies,sidecars] [--warmup-seconds 8]
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -34,11 +37,15 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '10' },
     'send-seconds': { type: 'string', default: '5' },
     fsyncs: { type: 'boolean', default: false },
+    routes: { type: 'string', default: 'direct,proxies,sidecars' },
+    'warmup-seconds': { type: 'string', default: '8' },
   },
 });
 const rate = Number(values.rate);
 const seconds = Number(values.seconds);
 const sendSeconds = Number(values['send-seconds']);
+const tripRoutes = values.routes.split(',');
+const warmupSeconds = Number(values['warmup-seconds']);
 const text = 'x'.repeat(1000);
 
 const { dir, topology, cleanup } = benchDir();
@@ -55,8 +62,25 @@ const sidecarOf = (agent) =>
     },
     (e) => e.msg?.includes('listening on'),
   );
-const [pm, qa] = await Promise.all([sidecarOf('pm'), sidecarOf('qa')]);
-const processes = { adapter, 'pm sidecar': pm, 'qa sidecar': qa };
+const proxyOf = (agent) =>
+  startProcess(
+    [new URL('./bare-proxy.mjs', import.meta.url).pathname, adapter.url, tokenOf(agent)],
+    {},
+    (e) => e.msg === 'proxy ready',
+  );
+const [pm, qa, research, orchestrator] = await Promise.all([
+  sidecarOf('pm'),
+  sidecarOf('qa'),
+  proxyOf('research'),
+  proxyOf('orchestrator'),
+]);
+const processes = {
+  adapter,
+  'pm sidecar': pm,
+  'qa sidecar': qa,
+  'research proxy': research,
+  'orchestrator proxy': orchestrator,
+};
 
 const json = { 'content-type': 'application/json' };
 const auth = (a) => ({ authorization: `Bearer ${tokenOf(a)}`, ...json });
@@ -71,6 +95,8 @@ const routes = {
     receive: [adapter.url, auth('growth')],
     to: '@growth',
   },
+  // two bare proxies (bare-proxy.mjs) where the sidecars are: the hops' own cost
+  proxies: { send: [research.url, json], receive: [orchestrator.url, json], to: '@orchestrator' },
 };
 
 /** CPU seconds (user + system) a process has used so far. */
@@ -186,17 +212,17 @@ async function trip(route, secs, perSecond, { warmup = 1000, acks = ackModes[0] 
 // for the second, over five runs; reversing the order moved the slowness with it), while with
 // 8 s the order no longer decided it (2026-12-02)
 for (const acks of ackModes) {
-  for (const route of ['direct', 'sidecars']) await trip(route, 8, rate, { acks });
+  for (const route of tripRoutes) await trip(route, warmupSeconds, rate, { acks });
 }
 for (const acks of ackModes) {
-  for (const route of ['direct', 'sidecars']) {
+  for (const route of tripRoutes) {
     const r = await trip(route, seconds, rate, { acks });
     console.log(JSON.stringify({ bench: 'trip', route, acks, rate, seconds, ...r }));
   }
 }
 
-for (const inflight of [1, 16, 64]) {
-  for (const route of ['direct', 'sidecars']) {
+for (const inflight of sendSeconds > 0 ? [1, 16, 64] : []) {
+  for (const route of tripRoutes) {
     const [url, headers] = routes[route].send;
     const r = await closedLoop(url, {
       inflight,
@@ -207,7 +233,8 @@ for (const inflight of [1, 16, 64]) {
         headers,
         body: JSON.stringify({
           idempotency_key: uuidv7(),
-          to: '@research',
+          // nobody receives as research or engineering here; research sends through the proxies
+          to: route === 'proxies' ? '@engineering' : '@research',
           kind: 'status',
           payload: { text },
         }),
@@ -259,6 +286,6 @@ if (values.fsyncs) {
   }
 }
 
-await Promise.all([pm.stop(), qa.stop()]);
+await Promise.all([pm.stop(), qa.stop(), research.stop(), orchestrator.stop()]);
 await adapter.stop();
 cleanup();
