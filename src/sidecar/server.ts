@@ -55,7 +55,10 @@ export interface Sidecar {
 export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const { settings, logger, emergencies } = opts;
   mkdirSync(dirname(settings.outbox), { recursive: true });
-  const file = new SidecarFile(settings.outbox);
+  const file = new SidecarFile(settings.outbox, {
+    onWriteError: (err) =>
+      logger.error({ err }, 'inbox marks could not be written: kept in memory, tried again'),
+  });
   const outbox = new Outbox(file, settings.outboxCapacity);
   const timing: BackoffOptions = {
     baseMs: opts.breaker?.baseMs ?? 1000,

@@ -185,6 +185,7 @@ describe('fsync calls, counted on a real process', () => {
       sidecar(`
         file.setHanded(new Map([['@qa', i + 1]]));
         file.markAcked(['m' + i], Date.now());
+        file.flushBehind(); // their commit, as at the end of a turn: one per iteration
         file.setState('breaker', { i });`),
     );
     expect(queued - base).toBeGreaterThanOrEqual(N);
