@@ -169,8 +169,8 @@ const fsyncCell = (r, keys) =>
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')
     : '-';
-const sendRatio = (build, n) => {
-  const sc = of(build, 'trip-send', { route: 'sidecars', inflight: n });
+const sendRatio = (build, n, route = 'sidecars') => {
+  const sc = of(build, 'trip-send', { route, inflight: n });
   const d = of(build, 'trip-send', { route: 'direct', inflight: n });
   return sc && d ? `${round(sc.per_second / d.per_second, 2)}×` : '-';
 };
@@ -497,13 +497,11 @@ ${(() => {
     row('p50 added to the direct trip (acks on the poll)', ['-', addedCell(px), addedCell(sc)]),
     ...[1, 16, 64].map((n) => {
       const sends = routes.map((route) => of('after', 'trip-send', { route, inflight: n }));
-      const ratio = (r) =>
-        r && sends[0] ? ` (${round(r.per_second / sends[0].per_second, 2)}×)` : '';
       return row(
         `acked sends at ${n} in flight: msgs/s, p50 / p99 ms`,
         sends.map((r, i) =>
           r
-            ? `${r.per_second.toLocaleString('en')}, ${r.p50_ms} / ${r.p99_ms}${i > 0 ? ratio(r) : ''}`
+            ? `${r.per_second.toLocaleString('en')}, ${r.p50_ms} / ${r.p99_ms}${i > 0 ? ` (${sendRatio('after', n, routes[i])})` : ''}`
             : '-',
         ),
       );

@@ -251,7 +251,6 @@ export class SidecarFile {
     this.#behindScheduled = false;
     const b = this.#behind;
     if (b.handed.size === 0 && b.acked.size === 0 && b.forgetBefore === undefined) return;
-    this.#behind = newBehind();
     try {
       this.#inTx(() => {
         for (const [channel, seq] of b.handed) this.#s.setHanded.run(channel, seq);
@@ -259,10 +258,10 @@ export class SidecarFile {
         if (b.forgetBefore !== undefined) this.#s.pruneAcked.run(b.forgetBefore);
       });
     } catch (err) {
-      // kept for the next commit (nothing else ran meanwhile: the commit is synchronous)
-      this.#behind = b;
-      this.#onWriteError(err);
+      this.#onWriteError(err); // the marks stay where they are, for the next commit
+      return;
     }
+    this.#behind = newBehind();
   }
 
   #writeBehind(): void {
