@@ -48,12 +48,19 @@ export function benchDir({ agents, channels } = SEED) {
 }
 
 /** Starts a process that prints a JSON line with `url` when ready; resolves with {url, stop}. */
+/**
+ * Extra node flags for every process a benchmark starts (AGW_BENCH_NODE_ARGS, split on spaces):
+ * `--cpu-prof --cpu-prof-dir=/tmp/prof` profiles each of them; node takes no such flag from
+ * NODE_OPTIONS.
+ */
+const NODE_ARGS = (process.env.AGW_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
+
 export function startProcess(
   args,
   env = {},
   readyWhen = (e) => e.msg?.startsWith('adapter ready'),
 ) {
-  const child = spawn(process.execPath, args, {
+  const child = spawn(process.execPath, [...NODE_ARGS, ...args], {
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
