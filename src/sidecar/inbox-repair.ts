@@ -2,8 +2,8 @@
  * Inbox repair: the sidecar hands each channel's messages to the agent in sequence order with
  * no gap, never hands over again a message the agent acked through it, and keeps to the agent's
  * `max`. Everything it has not handed over yet lives on disk, so a SIGKILL loses no place. (The
- * marks of what it handed over and of what the agent acked reach the disk at the end of the turn
- * (sidecar-file.ts): one lost to a SIGKILL in that turn costs a rescan or a message handed over
+ * marks of what it handed over and of what the agent acked reach the disk within WRITE_BEHIND_MS
+ * (sidecar-file.ts): one lost to a SIGKILL meanwhile costs a rescan or a message handed over
  * again, never a message.)
  *
  * - It remembers the last channel_sequence_id handed over per channel. A delivery past the next

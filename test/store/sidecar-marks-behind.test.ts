@@ -1,19 +1,27 @@
 /**
  * The sidecar's handed marks and ack memory are written behind (sidecar-file.ts): in force in
- * memory at once, on disk at the end of the event loop's turn, in one commit; kept when that
- * commit fails and written with the next; flushed when the file closes. Read back through a
- * second connection to the real file, as a restarted sidecar would see it.
+ * memory at once, on disk WRITE_BEHIND_MS after the first of them, together in one commit; kept
+ * when that commit fails and written with the next; flushed when the file closes. Read back
+ * through a second connection to the real file, as a restarted sidecar would see it; the delay
+ * runs on fake timers.
  */
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterAll, expect, it } from 'vitest';
-import { SidecarFile } from '../../src/store/sidecar-file.js';
+import { afterAll, afterEach, beforeEach, expect, it, vi } from 'vitest';
+import { SidecarFile, WRITE_BEHIND_MS } from '../../src/store/sidecar-file.js';
 import { tempDir } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-marks-');
 afterAll(cleanup);
 
-const turn = () => new Promise((r) => setImmediate(r));
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+/** The write-behind delay passes. */
+const later = () => vi.advanceTimersByTime(WRITE_BEHIND_MS);
 let n = 0;
 function files() {
   const path = join(dir, `s-${++n}.db`);
@@ -30,16 +38,19 @@ function files() {
   return { path, file, other, onDisk, errors };
 }
 
-it('marks are in force at once and on disk once the turn ends, together', async () => {
+it('marks are in force at once and on disk after the delay, together', async () => {
   const { file, other, onDisk } = files();
   file.setHanded(new Map([['@qa', 3]]));
-  file.markAcked(['m1', 'm2'], 1000);
+  file.markAcked(['m1'], 1000);
+  vi.advanceTimersByTime(WRITE_BEHIND_MS - 1);
+  // made later in the delay: they go with the first ones
+  file.markAcked(['m2'], 1000);
   file.setHanded(new Map([['@qa', 2]])); // never back
   expect(file.handed('@qa')).toBe(3);
   expect(file.isAcked('m1')).toBe(true);
   expect(file.isAcked('m3')).toBe(false);
   expect(onDisk()).toEqual({ handed: [], acked: [] });
-  await turn();
+  vi.advanceTimersByTime(1);
   expect(onDisk()).toEqual({ handed: [{ channel: '@qa', last_seq: 3 }], acked: ['m1', 'm2'] });
   expect(file.isAcked('m2')).toBe(true); // now from the file
   other.close();
@@ -49,12 +60,12 @@ it('marks are in force at once and on disk once the turn ends, together', async 
 it('a failed commit keeps its marks for the next one and says so', async () => {
   const { file, other, onDisk, errors } = files();
   file.setHanded(new Map([['@qa', 1]]));
-  await turn();
+  later();
   // the table goes away under the sidecar's connection: its next commit fails
   other.exec('ALTER TABLE acked RENAME TO acked_away');
   file.markAcked(['m1'], 1000);
   file.setHanded(new Map([['@qa', 5]]));
-  await turn();
+  later();
   expect(errors).toHaveLength(1);
   expect(String(errors[0])).toMatch(/acked/);
   expect(file.isAcked('m1')).toBe(true);
@@ -62,7 +73,7 @@ it('a failed commit keeps its marks for the next one and says so', async () => {
   expect(other.prepare('SELECT last_seq FROM handed').pluck().get()).toBe(1); // rolled back whole
   other.exec('ALTER TABLE acked_away RENAME TO acked');
   file.markAcked(['m2'], 2000);
-  await turn();
+  later();
   expect(errors).toHaveLength(1);
   expect(onDisk()).toEqual({ handed: [{ channel: '@qa', last_seq: 5 }], acked: ['m1', 'm2'] });
   other.close();
@@ -84,10 +95,10 @@ it('closing writes what waits, and a new file on it starts from there', () => {
 it('acks older than the memory are forgotten with the next commit', async () => {
   const { file, other, onDisk } = files();
   file.markAcked(['old'], 1000);
-  await turn();
+  later();
   file.markAcked(['new'], 5000, 2000);
   expect(onDisk().acked).toEqual(['old']);
-  await turn();
+  later();
   expect(onDisk().acked).toEqual(['new']);
   other.close();
   file.close();
