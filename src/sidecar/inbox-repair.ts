@@ -165,11 +165,15 @@ export class InboxRepair {
       const m = d.message;
       const lease = Date.parse(d.lease_expires_at) - now;
       if (lease > 0) this.#leaseMs = lease;
-      if (this.#file.isAcked(m.message_id)) {
+      const last = marks.get(m.channel) ?? this.#file.handed(m.channel);
+      // Only a message handed over before can have been acked through the sidecar, and every
+      // hand-over moves its channel's mark to at least its number, in memory at once and on disk
+      // no later than the ack (one write-behind commit, or an earlier one). So a delivery past
+      // the mark, nearly every delivery, needs no look in the ack memory.
+      if (last !== undefined && m.channel_sequence_id <= last && this.#file.isAcked(m.message_id)) {
         ackUpstream.push(d.delivery_id);
         continue;
       }
-      const last = marks.get(m.channel) ?? this.#file.handed(m.channel);
       if (!busy.has(m.channel) && last !== undefined && m.channel_sequence_id > last + 1) {
         this.#calm = false;
         this.#file.gapPage(m.channel, [], last, m.channel_sequence_id);
