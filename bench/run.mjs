@@ -495,6 +495,13 @@ ${(() => {
       [d, px, sc].map(pgCell),
     ),
     row('p50 added to the direct trip (acks on the poll)', ['-', addedCell(px), addedCell(sc)]),
+    row(
+      'deliveries per poll answer (acks on the poll / on their own)',
+      trips('separate').map((sep, i) => {
+        const on = [d, px, sc][i];
+        return on?.per_poll === undefined ? '-' : `${on.per_poll} / ${sep?.per_poll ?? '-'}`;
+      }),
+    ),
     ...[1, 16, 64].map((n) => {
       const sends = routes.map((route) => of('after', 'trip-send', { route, inflight: n }));
       return row(
@@ -533,7 +540,17 @@ puts the whole path at or under PostgreSQL's p50 (${pgE2e.p50_ms} ms here): ${
     pgE2e.p50_ms > d.p50_ms
       ? `a margin of ${round(pgE2e.p50_ms - d.p50_ms, 3)} ms over the direct trip for both hops and both sidecars' work, ${hops > pgE2e.p50_ms - d.p50_ms ? 'less than the two bare hops take alone' : 'more than the two bare hops take alone'}`
       : `in this run the direct trip alone was ${round(d.p50_ms - pgE2e.p50_ms, 3)} ms over it, before any hop`
-  }.`;
+  }.
+
+The trip's p50 follows the receiver's poll cycle more than any one process's work: at ${sc.rate}
+msg/s a message comes every ${round(1000 / sc.rate, 1)} ms, and one that arrives while the receiver's
+next poll is still on its way back to the adapter waits for it. With one delivery per answer the
+next poll is parked before the next message; a path slower by a fraction of a millisecond tips
+into answers of two or more, and every message then waits a part of a poll's round trip (the
+row above; runs of the same build fall into either regime, which is most of the noise between
+them). PostgreSQL's LISTEN/NOTIFY pushes each notification on an open connection, with no request
+between them.
+`;
 })()}
 
 ${

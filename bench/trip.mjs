@@ -136,6 +136,7 @@ async function trip(route, secs, perSecond, { warmup = 1000, acks = ackModes[0] 
   const sendPool = new Pool(sendUrl, { connections: 32 });
   const recvPool = new Pool(recvUrl, { connections: 2 });
   const latencies = [];
+  let answers = 0; // poll answers that brought deliveries
   let receiving = true;
   const settle = async (method, path, ids) => {
     const res = await recvPool.request({
@@ -154,6 +155,7 @@ async function trip(route, secs, perSecond, { warmup = 1000, acks = ackModes[0] 
       carry = [];
       const t = performance.now();
       if (deliveries.length === 0) continue;
+      answers++;
       for (const d of deliveries) latencies.push(t - d.message.payload.t);
       const ids = deliveries.map((d) => d.delivery_id);
       if (acks === 'on-poll') carry = ids;
@@ -171,6 +173,7 @@ async function trip(route, secs, perSecond, { warmup = 1000, acks = ackModes[0] 
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
     if (i === 0) {
       latencies.length = 0; // what arrived in the warm-up does not count
+      answers = 0;
       cpu0 = Object.fromEntries(Object.entries(processes).map(([k, p]) => [k, cpuSeconds(p.pid)]));
     }
     sends.push(
@@ -202,7 +205,16 @@ async function trip(route, secs, perSecond, { warmup = 1000, acks = ackModes[0] 
   receiving = false;
   await receiver;
   await Promise.all([sendPool.close(), recvPool.close()]);
-  return { sent: total, received: latencies.length, ...latencySummary(latencies), cpu_us: cpu };
+  // deliveries per answer: 1 while the receiver's next poll is back at the adapter before the
+  // next message; more once the poll's round trip is longer than the gap between messages
+  const perPoll = round(latencies.length / Math.max(answers, 1), 2);
+  return {
+    sent: total,
+    received: latencies.length,
+    ...latencySummary(latencies),
+    per_poll: perPoll,
+    cpu_us: cpu,
+  };
 }
 
 // warm-up, unmeasured: the first run after start also pays for the store's files growing and
