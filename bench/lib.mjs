@@ -47,7 +47,6 @@ export function benchDir({ agents, channels } = SEED) {
   return { dir, topology, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-/** Starts a process that prints a JSON line with `url` when ready; resolves with {url, stop}. */
 /**
  * Extra node flags for every process a benchmark starts (AGW_BENCH_NODE_ARGS, split on spaces):
  * `--cpu-prof --cpu-prof-dir=/tmp/prof` profiles each of them; node takes no such flag from
@@ -55,6 +54,7 @@ export function benchDir({ agents, channels } = SEED) {
  */
 const NODE_ARGS = (process.env.AGW_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
+/** Starts a process that prints a JSON line with `url` when ready; resolves with {url, stop}. */
 export function startProcess(
   args,
   env = {},

@@ -112,9 +112,9 @@ export class SidecarFile {
   readonly #inTx: (work: () => void) => void;
   /** The handed marks read or written so far (asked at every send): the file's, in memory. */
   readonly #handed = new Map<string, number | undefined>();
-  /** Marks written behind (see above), waiting for the end of the turn. */
+  /** Marks written behind (see above), waiting for their commit. */
   #behind = newBehind();
-  #behindScheduled = false;
+  /** The commit of the marks waiting, due WRITE_BEHIND_MS after the first of them. */
   #behindTimer: NodeJS.Timeout | undefined;
   readonly #onWriteError: (err: unknown) => void;
 
@@ -257,8 +257,8 @@ export class SidecarFile {
    * and before the file closes. A failed commit keeps them for the next.
    */
   flushBehind(): void {
-    this.#behindScheduled = false;
     clearTimeout(this.#behindTimer);
+    this.#behindTimer = undefined;
     const b = this.#behind;
     if (b.handed.size === 0 && b.acked.size === 0 && b.forgetBefore === undefined) return;
     try {
@@ -275,8 +275,7 @@ export class SidecarFile {
   }
 
   #writeBehind(): void {
-    if (this.#behindScheduled) return;
-    this.#behindScheduled = true;
+    if (this.#behindTimer !== undefined) return;
     this.#behindTimer = setTimeout(() => this.flushBehind(), WRITE_BEHIND_MS);
     this.#behindTimer.unref(); // close() writes what waits
   }
