@@ -146,15 +146,25 @@ export const MIGRATIONS: readonly string[] = [
   `
   CREATE INDEX IF NOT EXISTS dead_letters_by_delivery ON dead_letters (delivery);
   `,
-  // 6: the retry timer's index holds the deliveries waiting out a retry's backoff only. Every
-  // new delivery is pending and ready at once, so an index over all pending rows took an entry
-  // from every delivery made and dropped it at its lease: one more 4 KiB page in the WAL of
-  // every send's commit (12 pages a lone send before, 11 after; docs/design/durability.md).
-  // Only a failed attempt makes a pending row wait (retryLater), and a hand-out has counted it
-  // in attempt first, so attempt > 0 holds for every row nextAvailable can find.
+  // 6: two b-tree pages fewer in the WAL of every send's commit (12 a lone send before, 10
+  // after; docs/design/durability.md, "Pages per commit").
+  // - The retry timer's index holds the deliveries waiting out a retry's backoff only. Every new
+  //   delivery is pending and ready at once, so an index over all pending rows took an entry
+  //   from every delivery made and dropped it at its lease. Only a failed attempt makes a
+  //   pending row wait (retryLater), and a hand-out has counted it in attempt first, so
+  //   attempt > 0 holds for every row nextAvailable can find.
+  // - The senders' totals (sender_usage) are written back at most once a second and with every
+  //   prune, no longer in every commit: usage_mark says which messages they count (ids up to
+  //   as_of), and an open adds the messages after it (storage-budget.ts).
   `
   DROP INDEX IF EXISTS deliveries_waiting;
-  CREATE INDEX IF NOT EXISTS deliveries_retrying ON deliveries (available_at) WHERE state = 0 AND attempt > 0;
+  CREATE INDEX IF NOT EXISTS deliveries_retrying ON deliveries (available_at)
+    WHERE state = 0 AND attempt > 0;
+  CREATE TABLE IF NOT EXISTS usage_mark (
+    one   INTEGER PRIMARY KEY CHECK (one = 1),
+    as_of INTEGER NOT NULL -- sender_usage counts the messages with id <= as_of
+  );
+  INSERT OR REPLACE INTO usage_mark (one, as_of) SELECT 1, coalesce(max(id), 0) FROM messages;
   `,
 ];
 
@@ -326,6 +336,9 @@ export const SQL = {
 
   // storage bounds (storage-budget.ts)
   senderUsage: 'SELECT sender, bytes FROM sender_usage',
+  usageMark: 'SELECT as_of FROM usage_mark',
+  setUsageMark: 'UPDATE usage_mark SET as_of = (SELECT coalesce(max(id), 0) FROM messages)',
+  usageAfter: 'SELECT sender, sum(size) AS bytes FROM messages WHERE id > ? GROUP BY sender',
   setSenderUsage: `
     INSERT INTO sender_usage (sender, bytes) VALUES (?, ?)
     ON CONFLICT (sender) DO UPDATE SET bytes = excluded.bytes`,

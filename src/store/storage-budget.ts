@@ -13,9 +13,16 @@
  *   measured cost of a row with its index entries (MESSAGE_OVERHEAD_BYTES) and of each delivery
  *   (DELIVERY_OVERHEAD_BYTES). An estimate, within a few hundred bytes a message of what the
  *   pages hold (page slack varies); it only has to keep one sender from taking the whole
- *   store, and the size bound itself is exact. The totals live in memory, read at open from
- *   `sender_usage` (one row per sender) and written back in the same transaction as the
- *   messages they count, so a crash or a rollback never leaves them out of step.
+ *   store, and the size bound itself is exact. The totals live in memory. On disk,
+ *   `sender_usage` (one row per sender) holds them as of a message id (`usage_mark.as_of`):
+ *   written back at the end of a transaction at most once every USAGE_SAVE_MS, and in every
+ *   transaction that prunes, each time with the mark at the highest id then stored. An open,
+ *   and a rollback, read them and add the messages stored after the mark (a range of the
+ *   rowid: at most a second of sends), so a crash or a rollback never leaves them out of step,
+ *   and a send's commit no longer writes their page (issue 14: one 4 KiB WAL frame of 11).
+ *   Deletes only ever take ids at or below the mark (a prune moves it in its own transaction),
+ *   and a new message's id is above every id stored, so the sum after the mark counts each
+ *   message exactly once.
  * - Free space is statfs of the store's folder (~4 µs), taken at most once a second or after
  *   the store grew by a quarter of the reserve, plus the free pages inside the file: a fast
  *   writer cannot overrun the reserve between two looks.
@@ -42,6 +49,9 @@ export const DELIVERY_OVERHEAD_BYTES = 128;
  */
 export const STORAGE_FULL_RETRY_AFTER_S = 30;
 
+/** The senders' totals are written back at most this often, ms, and with every prune. */
+export const USAGE_SAVE_MS = 1000;
+
 /** Free space is looked at again after this long, ms. */
 const STATFS_EVERY_MS = 1000;
 
@@ -57,6 +67,10 @@ export class StorageBudget {
   readonly #pageSize: number;
   #senders = new Map<string, number>();
   readonly #changed = new Set<string>();
+  /** A prune took bytes away: the totals are written back in its transaction. */
+  #pruned = false;
+  /** When the totals were last written back (performance.now(), ms). */
+  #savedAt = Number.NEGATIVE_INFINITY;
   /** Bytes in use; undefined until the first admission of a transaction reads it. */
   #used: number | undefined;
   #freePagesBytes = 0;
@@ -72,6 +86,9 @@ export class StorageBudget {
     this.#s = {
       usage: p<{ sender: string; bytes: number }>(SQL.senderUsage),
       setUsage: p(SQL.setSenderUsage),
+      mark: p<number>(SQL.usageMark).pluck(),
+      setMark: p(SQL.setUsageMark),
+      after: p<{ sender: string; bytes: number }>(SQL.usageAfter),
       pageCount: p<number>(SQL.pageCount).pluck(),
       freelist: p<number>(SQL.freelistCount).pluck(),
     };
@@ -120,22 +137,38 @@ export class StorageBudget {
   remove(sender: string, bytes: number): void {
     this.#senders.set(sender, Math.max(0, (this.#senders.get(sender) ?? 0) - bytes));
     this.#changed.add(sender);
+    this.#pruned = true;
   }
 
   /**
-   * At the end of each transaction, inside it: the changed totals are written with what they
-   * count, and the next transaction reads the size afresh.
+   * At the end of each transaction, inside it: after a prune, or USAGE_SAVE_MS after the last
+   * time, the changed totals are written with the mark of the messages they count. The next
+   * transaction reads the size afresh.
    */
   save(): void {
-    for (const sender of this.#changed) this.#s.setUsage.run(sender, this.#senders.get(sender));
-    this.#changed.clear();
     this.#used = undefined;
+    if (this.#changed.size === 0) return;
+    const now = performance.now();
+    if (!this.#pruned && now - this.#savedAt < USAGE_SAVE_MS) return;
+    for (const sender of this.#changed) this.#s.setUsage.run(sender, this.#senders.get(sender));
+    this.#s.setMark.run();
+    this.#changed.clear();
+    this.#pruned = false;
+    this.#savedAt = now;
   }
 
-  /** At open, and after a rollback: the totals as committed. */
+  /**
+   * At open, and after a rollback: the totals as committed, the messages stored after their
+   * mark added (those are written back with the next save).
+   */
   reload(): void {
     this.#senders = new Map(this.#s.usage.all().map((r) => [r.sender, r.bytes]));
     this.#changed.clear();
+    for (const { sender, bytes } of this.#s.after.all(this.#s.mark.get()!)) {
+      this.#senders.set(sender, (this.#senders.get(sender) ?? 0) + bytes);
+      this.#changed.add(sender);
+    }
+    this.#pruned = false;
     this.#used = undefined;
   }
 
