@@ -678,7 +678,14 @@ export class SqliteStore implements Store {
   watch(_listener: (fx: ForeignEffects) => void): void {}
 
   async close(): Promise<void> {
-    if (this.#db.open) this.#db.close();
+    if (!this.#db.open) return;
+    try {
+      // the totals as they are, so that the next open has no messages after their mark to add
+      this.#db.transaction(() => this.#budget.save(true))();
+    } catch {
+      // a store that cannot write now is counted again at the next open, from the mark
+    }
+    this.#db.close();
   }
 
   /**

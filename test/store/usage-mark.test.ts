@@ -137,3 +137,17 @@ it('writes the totals back in the transaction of a prune, whenever it comes', as
     await store.close();
   }
 });
+
+it('writes the totals back at a clean close, so the next open has nothing to add', async () => {
+  const file = join(dir, 'c.db');
+  const store = new SqliteStore(file, { delivery: { alertsTo: 'orchestrator' } });
+  await store.ensureChannels(['product']);
+  await store.commit([{ op: 'append', drafts: [draft('pm', 'a')] }]);
+  vi.advanceTimersByTime(10);
+  await store.commit([{ op: 'append', drafts: [draft('pm', 'b'), draft('engineering', 'c')] }]);
+  const live = (await store.storageUse()).senders;
+  await store.close();
+  const disk = onDisk(file);
+  expect(disk.asOf).toBe(disk.maxId);
+  expect(disk.recounted).toEqual(live);
+});
