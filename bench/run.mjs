@@ -535,7 +535,7 @@ ${(() => {
   return `The bare proxies (\`bench/bare-proxy.mjs\`: node:http in, an undici Pool out, no check, no
 store, no breaker) stand where the sidecars stand, so their column is the floor of the path's
 shape: what two more loopback HTTP hops in Node cost with no work at all. In this run they added
-${hops} ms to the direct trip's p50 and the sidecars ${ours} ms more on top of them. The issue's aim
+${hops} ms to the direct trip's p50, and the sidecars' p50 was ${Math.abs(ours)} ms ${ours >= 0 ? 'above' : 'below'} theirs. The issue's aim
 puts the whole path at or under PostgreSQL's p50 (${pgE2e.p50_ms} ms here): ${
     pgE2e.p50_ms > d.p50_ms
       ? `a margin of ${round(pgE2e.p50_ms - d.p50_ms, 3)} ms over the direct trip for both hops and both sidecars' work, ${hops > pgE2e.p50_ms - d.p50_ms ? 'less than the two bare hops take alone' : 'more than the two bare hops take alone'}`
