@@ -1,10 +1,10 @@
 /**
  * Inbox repair: the sidecar hands each channel's messages to the agent in sequence order with
  * no gap, never hands over again a message the agent acked through it, and keeps to the agent's
- * `max`. Everything it has not handed over yet lives on disk, so a SIGKILL loses no place. (The
- * marks of what it handed over and of what the agent acked reach the disk within WRITE_BEHIND_MS
- * (sidecar-file.ts): one lost to a SIGKILL meanwhile costs a rescan or a message handed over
- * again, never a message.)
+ * `max`. Everything it has not handed over yet lives on disk, so a SIGKILL loses no place. The
+ * marks of what it handed over and of what the agent acked reach the disk in one commit before
+ * the answer that depends on them (persist(): before a poll's answer, before an ack's 2xx), so
+ * after a SIGKILL an acked message is never handed over again (sidecar-file.ts).
  *
  * - It remembers the last channel_sequence_id handed over per channel. A delivery past the next
  *   number opens a gap: the delivery is held back (table `held`) and the gap is scanned by
@@ -24,6 +24,7 @@
  * - A channel the sidecar has no memory of starts at the first message it sees: a sidecar whose
  *   file was lost does not replay a channel's whole history to its agent.
  */
+import { GatewayError } from '../protocol/errors.js';
 import type { Answer } from '../protocol/router.js';
 import type { Delivery, Message } from '../protocol/wire.js';
 import type { Copy, Held, NewCopy, SidecarFile } from '../store/sidecar-file.js';
@@ -77,6 +78,30 @@ export class InboxRepair {
    * the adapter's inbox for the rest of `max`, gaps scanned and filled in order.
    */
   async inbox(waitS: number, max: number, upstream: Poll): Promise<Answer> {
+    const answer = await this.#inbox(waitS, max, upstream);
+    this.persist(); // what the answer hands over, and the acks taken before it, on disk first
+    return answer;
+  }
+
+  /**
+   * Commits the marks of what was handed over and acked so far (one NORMAL commit, enough for a
+   * process crash), to call before an answer that depends on them. A file that cannot be
+   * written is a retryable 503: the deliveries come again after their leases, an ack is taken
+   * again (acking twice is harmless).
+   */
+  persist(): void {
+    try {
+      this.#file.commitBehind();
+    } catch (err) {
+      throw new GatewayError(
+        'storage_error',
+        "the sidecar's file cannot be written; retry after the Retry-After",
+        { retryAfterS: 1, cause: err },
+      );
+    }
+  }
+
+  async #inbox(waitS: number, max: number, upstream: Poll): Promise<Answer> {
     const calm = this.#isCalm();
     if (!calm) await this.#scan(max);
     const out = calm ? [] : this.#takeReady(max);
@@ -101,29 +126,57 @@ export class InboxRepair {
 
   /**
    * The agent's acks: its own ids go to the adapter, the sidecar's (negative) are settled here;
-   * every message acked is remembered. Returns the ids for the adapter.
+   * every message acked is remembered (in memory at once; on disk with persist(), which the
+   * caller makes before it answers). A negative id the sidecar never made is `unknown`.
    */
-  acked(ids: readonly number[]): { upstream: number[]; local: number[] } {
+  acked(ids: readonly number[]): Settled {
     const messages: string[] = [];
+    const out: Settled = { upstream: [], local: [], unknown: [] };
     for (const id of ids) {
-      const message = id < 0 ? this.#file.localDeliveryMessage(-id) : this.#handedIds.get(id);
-      if (message !== undefined) messages.push(message);
-      if (id < 0) this.#file.copyDone(-id);
+      if (id > 0) {
+        const message = this.#handedIds.get(id);
+        if (message !== undefined) messages.push(message);
+        out.upstream.push(id);
+        continue;
+      }
+      const copy = this.#file.localDelivery(-id);
+      if (copy === undefined) {
+        out.unknown.push(id);
+        continue;
+      }
+      messages.push(copy.message_id);
+      this.#file.copyDone(-id);
+      out.local.push(id);
     }
     const now = Date.now();
     const forget = ++this.#acks % 1000 === 0 ? now - ACKED_MEMORY_MS : undefined;
     if (messages.length > 0 || forget !== undefined) this.#file.markAcked(messages, now, forget);
-    return splitLocal(ids);
+    return out;
   }
 
-  /** The agent's nacks of copies: due again at once, or, with retry false, dropped. */
-  nacked(ids: readonly number[], retry: boolean): { upstream: number[]; local: number[] } {
-    const split = splitLocal(ids);
-    for (const id of split.local) {
-      if (retry) this.#file.copyDue(-id);
-      else this.#file.copyDone(-id);
+  /**
+   * The agent's nacks of copies: one leased to it is due again at once, or, with retry false,
+   * dropped; one not leased (acked, due again already) is ignored, and one the sidecar never
+   * made is `unknown`, as the adapter answers for its own deliveries.
+   */
+  nacked(ids: readonly number[], retry: boolean): Settled & { ignored: number[] } {
+    const out = {
+      upstream: [] as number[],
+      local: [] as number[],
+      unknown: [] as number[],
+      ignored: [] as number[],
+    };
+    for (const id of ids) {
+      if (id > 0) out.upstream.push(id);
+      else if (this.#file.localDelivery(-id) === undefined) out.unknown.push(id);
+      else if (!this.isLeasedCopy(id)) out.ignored.push(id);
+      else {
+        if (retry) this.#file.copyDue(-id);
+        else this.#file.copyDone(-id);
+        out.local.push(id);
+      }
     }
-    return split;
+    return out;
   }
 
   /**
@@ -189,11 +242,15 @@ export class InboxRepair {
       out.push(d);
     }
     this.#file.setHanded(marks);
-    if (ackUpstream.length > 0) {
-      await this.#client
-        .request('POST', '/v1/acks', JSON.stringify({ delivery_ids: ackUpstream }))
-        .catch(() => {}); // not acked now: it comes again, and is acked then
-    }
+    if (ackUpstream.length > 0) await this.#ackUpstream(ackUpstream);
+  }
+
+  /** Acks, for the agent, redeliveries of messages it acked through the sidecar. */
+  async #ackUpstream(ids: number[]): Promise<void> {
+    await this.#client.request('POST', '/v1/acks', JSON.stringify({ delivery_ids: ids })).then(
+      () => {},
+      () => {}, // not acked now: it comes again, and is acked then
+    );
   }
 
   /**
@@ -243,6 +300,7 @@ export class InboxRepair {
    */
   #takeReady(max: number): Delivery[] {
     if (max <= 0) return [];
+    const ackUpstream: number[] = [];
     const now = Date.now();
     const open = new Set(this.#file.gaps().map((g) => g.channel));
     const lanes = new Map<string, Item[]>();
@@ -276,6 +334,11 @@ export class InboxRepair {
           if (open.has(channel)) break; // the gap before it is still being scanned
           const d = JSON.parse(item.held.delivery) as Delivery;
           unheld.push(item.held.message_id);
+          if (this.#file.isAcked(item.held.message_id)) {
+            // a redelivery held back while the agent still had the message, acked since
+            ackUpstream.push(d.delivery_id);
+            continue;
+          }
           this.#handed(d);
           out.push(d);
         }
@@ -284,6 +347,7 @@ export class InboxRepair {
     }
     this.#file.handOver(leased, unheld);
     this.#file.setHanded(marks);
+    if (ackUpstream.length > 0) void this.#ackUpstream(ackUpstream);
     return out;
   }
 
@@ -344,6 +408,13 @@ function render(out: readonly Delivery[], polled?: Polled): Answer {
       ? {}
       : { acked: polled.acked, dead_lettered: polled.dead_lettered, unknown: polled.unknown };
   return { status: 200, body: JSON.stringify({ ...acks, deliveries: out }) };
+}
+
+/** An ack's or nack's ids: the adapter's, the sidecar's own settled here, and unknown ones. */
+export interface Settled {
+  readonly upstream: number[];
+  readonly local: number[];
+  readonly unknown: number[];
 }
 
 /** The agent's delivery ids: the adapter's (positive) and the sidecar's own (negative). */

@@ -90,17 +90,22 @@ export class SidecarService {
     );
   }
 
-  /** Acks: the adapter's ids go to it, the sidecar's own (negative) are settled here. */
+  /**
+   * Acks: the adapter's ids go to it, the sidecar's own (negative) are settled here. The acks
+   * are remembered on disk before anything goes on, so a 2xx is never followed by the same
+   * message handed over again, even after a SIGKILL (CONTRACT.md).
+   */
   ack(ids: readonly number[]): Promise<Answer> {
-    const { upstream, local } = this.#o.repair.acked(ids);
-    return this.#settle('/v1/acks', upstream, local);
+    const { upstream, local, unknown } = this.#o.repair.acked(ids);
+    this.#o.repair.persist();
+    return this.#settle('/v1/acks', upstream, { acked: local, unknown });
   }
 
   /** Nacks: the sidecar's own copies are due again (or, retry false, dropped) here. */
   nack(n: Nack): Promise<Answer> {
-    const { upstream, local } = this.#o.repair.nacked(n.ids, n.retry);
+    const { upstream, local, unknown, ignored } = this.#o.repair.nacked(n.ids, n.retry);
     const extra = { retry: n.retry, ...(n.reason === null ? {} : { reason: n.reason }) };
-    return this.#settle('/v1/nacks', upstream, local, extra);
+    return this.#settle('/v1/nacks', upstream, { nacked: local, ignored, unknown }, extra);
   }
 
   /** The agent is still working on these: the adapter's leases and the sidecar's own copies'. */
@@ -187,8 +192,9 @@ export class SidecarService {
    * here, as by ack().
    */
   async #inboxAcking(wait: number, max: number, ids: readonly number[]): Promise<Answer> {
-    const { upstream, local } = this.#o.repair.acked(ids);
+    const { upstream, local, unknown } = this.#o.repair.acked(ids);
     let carried = upstream.length === 0;
+    // repair.inbox() commits the acks with what it hands over, before it answers
     const answer = await this.#o.repair.inbox(wait, max, async (w, m) => {
       const path = `/v1/inbox?wait=${w}&max=${m}`;
       if (carried) return this.#call('GET', path, undefined, w);
@@ -197,43 +203,40 @@ export class SidecarService {
       return polled;
     });
     if ((answer.status ?? 200) !== 200) return answer;
-    if (carried && local.length === 0 && upstream.length > 0) return answer;
+    const mine = { acked: local, unknown };
+    if (carried && local.length === 0 && unknown.length === 0 && upstream.length > 0) return answer;
     let acks: Record<string, unknown> = { acked: [], dead_lettered: [], unknown: [] };
     if (!carried) {
-      const settled: Answer = await this.#settle('/v1/acks', upstream, []);
+      const settled: Answer = await this.#settle('/v1/acks', upstream, mine);
       if ((settled.status ?? 200) !== 200) return settled;
-      acks = bodyOf(settled);
-    } else if (upstream.length > 0) {
-      acks = bodyOf(answer);
+      const { deliveries } = bodyOf(answer);
+      return { status: 200, body: { ...bodyOf(settled), deliveries } };
     }
+    if (upstream.length > 0) acks = bodyOf(answer);
     const { deliveries } = bodyOf(answer);
-    const acked = [...((acks.acked as number[] | undefined) ?? []), ...local];
-    return { status: 200, body: { ...acks, acked, deliveries } };
+    return { status: 200, body: { ...merge(acks, mine), deliveries } };
   }
 
-  /** Acks or nacks: upstream ids to the adapter, the sidecar's own merged into its answer. */
+  /**
+   * Acks or nacks: upstream ids to the adapter, what the sidecar settled itself (its own
+   * copies, unknown negative ids) merged into the adapter's answer.
+   */
   async #settle(
     path: '/v1/acks' | '/v1/nacks',
     upstream: number[],
-    local: number[],
+    mine: Record<string, number[]>,
     extra: object = {},
-  ) {
-    const acks = path === '/v1/acks';
-    if (upstream.length === 0) {
-      // only the sidecar's own replayed copies: nothing for the adapter to hear
-      return {
-        body: acks
-          ? { acked: local, dead_lettered: [], unknown: [] }
-          : { nacked: local, ignored: [], unknown: [] },
-      };
-    }
+  ): Promise<Answer> {
+    const empty =
+      path === '/v1/acks'
+        ? { acked: [], dead_lettered: [], unknown: [] }
+        : { nacked: [], ignored: [], unknown: [] };
+    if (upstream.length === 0) return { body: merge(empty, mine) }; // nothing for the adapter
     const body = JSON.stringify({ delivery_ids: upstream, ...extra });
     const answer = await this.#call('POST', path, body);
-    if (answer.status !== 200 || local.length === 0) return answer;
-    const merged = JSON.parse(answer.body as string) as Record<string, number[]>;
-    const key = acks ? 'acked' : 'nacked';
-    merged[key] = [...(merged[key] ?? []), ...local];
-    return { ...answer, body: merged };
+    if (answer.status !== 200 || Object.values(mine).every((ids) => ids.length === 0))
+      return answer;
+    return { ...answer, body: merge({ ...empty, ...bodyOf(answer) }, mine) };
   }
 
   /**
@@ -252,6 +255,14 @@ export class SidecarService {
     }
     return { status: res.status, body: res.body, retryAfterS: res.retryAfterS };
   }
+}
+
+/** `into`'s id lists with `mine`'s added to the lists of the same name. */
+function merge(into: Record<string, unknown>, mine: Record<string, number[]>) {
+  const out: Record<string, unknown> = { ...into };
+  for (const [k, ids] of Object.entries(mine))
+    out[k] = [...((out[k] as number[] | undefined) ?? []), ...ids];
+  return out;
 }
 
 /** An answer's body as an object (the adapter's arrive as text). */

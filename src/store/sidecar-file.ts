@@ -15,21 +15,22 @@
  *
  * Two of those marks are written behind: the last sequence handed over per channel and the
  * messages the agent acked. They take effect in memory at once (handed() and isAcked() see them)
- * and reach the file together, in one commit, WRITE_BEHIND_MS after the first of them, so that
- * neither holds up the answer to the agent nor the poll that carries its acks on to the adapter
- * (a NORMAL commit took 50-70 µs at the median and up to 0.5 ms while the adapter fsynced beside
- * it: docs/design/durability.md), and so that one commit serves many marks. A SIGKILL loses the
- * marks of those last milliseconds, with the consequences of a lost mark after a power loss: a
- * rescan, or a message handed over again, never a message lost.
+ * and reach the file in one commit (commitBehind()) that the sidecar makes before it answers
+ * the agent: before a poll's answer hands deliveries over, before an ack is answered 2xx. So a
+ * SIGKILL can never take back a mark the agent has seen the effect of: an ack answered 2xx is
+ * never handed over again, also after a restart (CONTRACT.md, issue 29: with the marks written
+ * 20 ms behind the answer, a sidecar killed within those milliseconds handed an acked message
+ * over again after its restart). Marks no answer waits for (a send of the agent's own counted as
+ * handed over) are written WRITE_BEHIND_MS after the first of them; losing one of those costs a
+ * rescan that skips the agent's own messages, never a message.
  */
 import type Database from 'better-sqlite3';
 import { SIDECAR_MIGRATIONS, SIDECAR_SQL } from './sql.js';
 import { openSqlite } from './sqlite-file.js';
 
 /**
- * How long a mark waits to be written behind, ms: the marks made meanwhile share its commit.
- * At the trip's 500 msg/s a commit per turn (one or two marks each) was about a sixth of the
- * receiving sidecar's CPU; 20 ms gathers about ten, and bounds what a SIGKILL can take back.
+ * How long a mark no answer waits for is written behind, ms: the marks made meanwhile share its
+ * commit. Every answer to the agent commits what it depends on first (commitBehind()).
  */
 export const WRITE_BEHIND_MS = 20;
 
@@ -143,7 +144,7 @@ export class SidecarFile {
       isAcked: p<number>(SIDECAR_SQL.isAcked).pluck(),
       markAcked: p(SIDECAR_SQL.markAcked),
       pruneAcked: p(SIDECAR_SQL.pruneAcked),
-      localMessage: p<string>(SIDECAR_SQL.localDeliveryMessage).pluck(),
+      localDelivery: p<{ message_id: string; done: number }>(SIDECAR_SQL.localDelivery),
       gaps: p<Gap>(SIDECAR_SQL.gaps),
       setGap: p(SIDECAR_SQL.setGap),
       dropGap: p(SIDECAR_SQL.dropGap),
@@ -253,25 +254,32 @@ export class SidecarFile {
   }
 
   /**
-   * Writes the marks waiting behind, in one commit: WRITE_BEHIND_MS after the first of them,
-   * and before the file closes. A failed commit keeps them for the next.
+   * Writes the marks waiting behind, in one commit, now; throws if the commit fails (the marks
+   * stay in memory, for the next). The sidecar calls it before an answer that depends on them.
    */
-  flushBehind(): void {
+  commitBehind(): void {
     clearTimeout(this.#behindTimer);
     this.#behindTimer = undefined;
     const b = this.#behind;
     if (b.handed.size === 0 && b.acked.size === 0 && b.forgetBefore === undefined) return;
-    try {
-      this.#inTx(() => {
-        for (const [channel, seq] of b.handed) this.#s.setHanded.run(channel, seq);
-        for (const [m, at] of b.acked) this.#s.markAcked.run(m, at);
-        if (b.forgetBefore !== undefined) this.#s.pruneAcked.run(b.forgetBefore);
-      });
-    } catch (err) {
-      this.#onWriteError(err); // the marks stay where they are, for the next commit
-      return;
-    }
+    this.#inTx(() => {
+      for (const [channel, seq] of b.handed) this.#s.setHanded.run(channel, seq);
+      for (const [m, at] of b.acked) this.#s.markAcked.run(m, at);
+      if (b.forgetBefore !== undefined) this.#s.pruneAcked.run(b.forgetBefore);
+    });
     this.#behind = newBehind();
+  }
+
+  /**
+   * commitBehind() from the timer, WRITE_BEHIND_MS after the first mark, and before the file
+   * closes: a failed commit is reported and keeps its marks for the next.
+   */
+  flushBehind(): void {
+    try {
+      this.commitBehind();
+    } catch (err) {
+      this.#onWriteError(err);
+    }
   }
 
   #writeBehind(): void {
@@ -280,8 +288,9 @@ export class SidecarFile {
     this.#behindTimer.unref(); // close() writes what waits
   }
 
-  localDeliveryMessage(id: number): string | undefined {
-    return this.#s.localMessage.get(id);
+  /** Copy `id` (a sidecar delivery id, made positive): its message, and whether it is done. */
+  localDelivery(id: number): { message_id: string; done: number } | undefined {
+    return this.#s.localDelivery.get(id);
   }
 
   // inbox repair: gaps being scanned, copies with leases, held deliveries

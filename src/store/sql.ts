@@ -440,7 +440,7 @@ export const SIDECAR_SQL = {
   isAcked: 'SELECT 1 FROM acked WHERE message_id = ?',
   markAcked: 'INSERT INTO acked (message_id, acked_at) VALUES (?, ?) ON CONFLICT DO NOTHING',
   pruneAcked: 'DELETE FROM acked WHERE acked_at < ?',
-  localDeliveryMessage: 'SELECT message_id FROM local_deliveries WHERE id = ?',
+  localDelivery: 'SELECT message_id, done FROM local_deliveries WHERE id = ?',
   // inbox repair v2
   gaps: 'SELECT channel, after, until FROM gaps',
   setGap: `
