@@ -1,9 +1,11 @@
 /**
  * The chaos soak: six sidecars for the seed's agents, each agent sending and receiving through
  * its sidecar with the client, while adapters are SIGKILLed and restarted every ~15 s and a
- * sidecar now and then. At the end every message a sidecar accepted (201 or 202) has reached
- * every recipient at least once and, after the client's dedup, exactly once; every channel's
- * sequence is 1..N; every dead letter is accounted for; no process is left.
+ * sidecar every 2-5 s (one of the six, on its own file and port). At the end every message a
+ * sidecar accepted (201 or 202) has reached every recipient at least once and, after the
+ * client's dedup, exactly once; no message whose ack a sidecar answered 2xx was handed to its
+ * agent again (seen before the client's dedup, which would hide it: CONTRACT.md); every
+ * channel's sequence is 1..N; every dead letter is accounted for; no process is left.
  *
  * Two modes, one after the other, with the same agents and the same end checks:
  * - SQLite: one adapter on a SQLite file, killed and restarted;
@@ -200,12 +202,51 @@ async function soak(seconds: number, adapters: Adapters): Promise<void> {
     sidecars.set(agent, { proc, port, env });
   }
 
+  // Acks answered 2xx, and hand-overs after them, as the agent's client sees them on the wire
+  // (before its dedup): per agent, the message of each delivery id handed over, and the
+  // messages whose delivery a sidecar's 2xx listed as acked.
+  const wire = new Map<
+    string,
+    { ids: Map<number, string>; at: Map<number, number>; acked: Set<string> }
+  >(AGENTS.map((a) => [a, { ids: new Map(), at: new Map(), acked: new Set() }]));
+  const handedAfterAck: string[] = [];
+  /** Agents whose sidecar the chaos loop kills as soon as it has answered an ack 2xx. */
+  const armed = new Map<string, () => void>();
+  const watched = (agent: string): typeof fetch => {
+    const seen = wire.get(agent)!;
+    return async (input, init) => {
+      const res = await fetch(input, init);
+      const path = new URL(String(input)).pathname;
+      if (!res.ok || (path !== '/v1/inbox' && path !== '/v1/acks')) return res;
+      const now = Date.now();
+      const body = (await res.clone().json()) as {
+        acked?: number[];
+        deliveries?: { delivery_id: number; message: { message_id: string } }[];
+      };
+      // a poll's carried acks were taken before its deliveries were handed over
+      for (const id of body.acked ?? []) {
+        const m = seen.ids.get(id);
+        if (m !== undefined) seen.acked.add(m);
+      }
+      // the chaos loop's cue: an ack answered 2xx within 10 ms of its hand-over, the moment a
+      // mark still waiting to be written would be lost
+      if ((body.acked ?? []).some((id) => now - (seen.at.get(id) ?? 0) < 10)) armed.get(agent)?.();
+      for (const d of body.deliveries ?? []) {
+        if (seen.acked.has(d.message.message_id))
+          handedAfterAck.push(`${agent}/${d.message.message_id}`);
+        seen.ids.set(d.delivery_id, d.message.message_id);
+        seen.at.set(d.delivery_id, now);
+      }
+      return res;
+    };
+  };
   const accepted = new Map<string, { sender: string; recipients: string[] }>(); // payload id → who must get it
   const handled = new Map<string, number>(); // `${agent}/${id}` → handler calls
   let deliveriesSeen = 0;
   let redeliveries = 0;
   let adapterKills = 0;
   let sidecarKills = 0;
+  let cuedKills = 0;
   let longestOutageMs = 0;
   let running = true;
   const controller = new AbortController();
@@ -231,7 +272,10 @@ async function soak(seconds: number, adapters: Adapters): Promise<void> {
   });
   // receivers: the client's loop, which dedups by message_id and acks after the handler
   const receivers = AGENTS.map((agent) =>
-    new GatewayClient({ url: `http://127.0.0.1:${sidecars.get(agent)!.port}` }).receive(
+    new GatewayClient({
+      url: `http://127.0.0.1:${sidecars.get(agent)!.port}`,
+      fetch: watched(agent),
+    }).receive(
       async (m, d) => {
         if (m.sender === 'adapter') return; // the adapter's alerts: not ours to count
         deliveriesSeen++;
@@ -243,8 +287,36 @@ async function soak(seconds: number, adapters: Adapters): Promise<void> {
     ),
   );
 
-  // chaos: an adapter every ~15 s, a sidecar now and then
+  // chaos: an adapter every ~15 s (a sidecar too, half the time, while it is down), and a
+  // sidecar every 2-5 s, killed the moment it has answered an ack 2xx within 10 ms of handing
+  // the message over (or after 5 s without one): where a mark not yet on disk would show
+  const restarting = new Set<string>();
+  const killSidecar = async (victim: string) => {
+    if (restarting.has(victim)) return;
+    restarting.add(victim);
+    const s = sidecars.get(victim)!;
+    s.proc.child.kill('SIGKILL');
+    await s.proc.exited;
+    sidecarKills++;
+    s.proc = await spawnSidecar(s.env, ['--listen', `127.0.0.1:${s.port}`]);
+    all.push(s.proc);
+    restarting.delete(victim);
+  };
   const until = Date.now() + seconds * 1000;
+  const sidecarChaos = (async () => {
+    while (Date.now() < until) {
+      await sleep(2000 + Math.random() * 3000);
+      if (Date.now() >= until) break;
+      const victim = pick(AGENTS);
+      const cued = await Promise.race([
+        new Promise<boolean>((r) => armed.set(victim, () => r(true))),
+        sleep(5000).then(() => false),
+      ]);
+      if (cued) cuedKills++;
+      armed.delete(victim);
+      await killSidecar(victim);
+    }
+  })();
   while (Date.now() < until) {
     await sleep(Math.min(until - Date.now(), 10_000 + Math.random() * 10_000));
     if (Date.now() >= until) break;
@@ -252,18 +324,11 @@ async function soak(seconds: number, adapters: Adapters): Promise<void> {
     adapterKills++;
     const down = Date.now();
     await sleep(500 + Math.random() * 1500);
-    if (Math.random() < 0.5) {
-      const victim = pick(AGENTS);
-      const s = sidecars.get(victim)!;
-      s.proc.child.kill('SIGKILL');
-      await s.proc.exited;
-      sidecarKills++;
-      s.proc = await spawnSidecar(s.env, ['--listen', `127.0.0.1:${s.port}`]);
-      all.push(s.proc);
-    }
+    if (Math.random() < 0.5) await killSidecar(pick(AGENTS));
     await restart();
     longestOutageMs = Math.max(longestOutageMs, Date.now() - down);
   }
+  await sidecarChaos;
   running = false;
   await Promise.all(senders);
 
@@ -298,12 +363,15 @@ async function soak(seconds: number, adapters: Adapters): Promise<void> {
   console.log(
     `chaos soak (${adapters.mode}), ${seconds} s: ${accepted.size} messages accepted, ${expected} deliveries expected, ` +
       `${deliveriesSeen} handed to handlers, ${redeliveries} of them redeliveries, ` +
-      `${adapterKills} adapter kills, ${sidecarKills} sidecar kills, ${dead.length} dead letters ` +
+      `${adapterKills} adapter kills, ${sidecarKills} sidecar kills (${cuedKills} right after an ack), ` +
+      `${[...wire.values()].reduce((n, w) => n + w.acked.size, 0)} acks answered 2xx (${handedAfterAck.length} handed again), ${dead.length} dead letters ` +
       `(${[...new Set(dead.map((d) => d.reason))].join(', ') || 'none'}), longest adapter outage absorbed ${longestOutageMs} ms`,
   );
   expect(adapterKills).toBeGreaterThanOrEqual(Math.floor(seconds / 25));
   expect(unexplained, `never delivered: ${unexplained.slice(0, 5).join(', ')}`).toEqual([]);
   expect(twice, 'handled twice after the client dedup').toEqual([]);
+  expect(sidecarKills).toBeGreaterThanOrEqual(Math.floor(seconds / 10));
+  expect(handedAfterAck, 'handed over again after an ack answered 2xx').toEqual([]);
   for (const c of channels)
     expect(c, c.name).toEqual({
       name: c.name,
