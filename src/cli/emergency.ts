@@ -4,7 +4,8 @@
  * a clear line if it could not (no socket: the entry went to stderr as <2>, which conmon and
  * journald's stdout stream still read as CRIT, but this command cannot know that anyone did).
  * A message longer than 4 KiB is cut, with a marker (the caps of src/journald/emergency.ts),
- * and a line on stderr says so.
+ * and a line on stderr says so. A reason the gateway writes itself (dead_letter, integrity, ...)
+ * is written as manual, the one asked for in AGW_REQUESTED_REASON; a line on stderr says so.
  */
 import { z } from 'zod';
 import { EMERGENCY_DEFAULTS, Emergencies } from '../journald/emergency.js';
@@ -31,7 +32,7 @@ export async function runEmergency(
   const { settings, positionals } = readSettings(EMERGENCY_SETTINGS, Schema, rest, env);
   if (reason === undefined || !/^[a-z][a-z0-9_]{0,63}$/.test(reason)) {
     throw new SettingsError(
-      '--reason: needs a short reason in lower case (manual, outbox_full, ...)',
+      '--reason: needs a short reason in lower case (manual, or one of your own such as gateway_down)',
     );
   }
   const message = positionals.join(' ').trim();
@@ -48,6 +49,11 @@ export async function runEmergency(
   if (result.written && result.clipped) {
     process.stderr.write(
       `agent-gateway emergency: the message was cut to ${EMERGENCY_DEFAULTS.maxMessageBytes} bytes (AGW_TRUNCATED says how long it was)\n`,
+    );
+  }
+  if (result.written && result.requestedReason !== undefined) {
+    process.stderr.write(
+      `agent-gateway emergency: ${result.requestedReason} is a reason the gateway writes itself; the entry says AGW_REASON=manual and AGW_REQUESTED_REASON=${result.requestedReason}\n`,
     );
   }
   if (writer.stats.sent === 1) return 0;

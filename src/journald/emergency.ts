@@ -17,6 +17,14 @@
  *   `maxMessageBytes` (4 KiB), the whole entry at most `maxEntryBytes` (8 KiB). See `#entry` for
  *   the exact, deterministic rule; what was cut is named in `AGW_TRUNCATED`, what was dropped
  *   counted in `AGW_FIELDS_DROPPED`, and both in `stats`.
+ *
+ * An explicit emergency cannot pass for an automatic one (review L2): the automatic reasons
+ * (`AUTOMATIC_REASONS`) and the `AGW_` field names are the gateway's. An explicit one that asks
+ * for an automatic reason is written as `manual`, the reason asked for kept in
+ * `AGW_REQUESTED_REASON`, and its `AGW_*` fields are dropped (counted). It is written rather than
+ * refused because this is the channel of last resort: an agent in trouble that picked the
+ * gateway's word should still reach the operator, and `AGW_REASON=integrity` (or `dead_letter`,
+ * ...) then always means the gateway itself saw it.
  */
 import { type Fields, normalizeKey } from './native-protocol.js';
 import type { JournalWriter } from './writer.js';
@@ -35,12 +43,19 @@ export const AUTOMATIC_REASONS = [
 ] as const;
 export type EmergencyReason = (typeof AUTOMATIC_REASONS)[number] | 'manual' | (string & {});
 
+const AUTOMATIC: ReadonlySet<string> = new Set(AUTOMATIC_REASONS);
+
+/** Field names of this prefix are the gateway's: an explicit emergency's are dropped. */
+export const GATEWAY_FIELD_PREFIX = 'AGW_';
+
 export interface Emergency {
   readonly reason: EmergencyReason;
   readonly message: string;
   /**
    * Extra fields; keys are normalized to journald's form (AGW_ is not added). Names the gateway
-   * writes itself (MESSAGE, PRIORITY, AGW_AGENT_ID, ...; `RESERVED_FIELDS`) are dropped.
+   * writes itself (MESSAGE, PRIORITY, AGW_AGENT_ID, ...; `RESERVED_FIELDS`) are dropped, and on
+   * an explicit emergency every `AGW_` name (the automatic entries' AGW_RECIPIENT, AGW_COUNT,
+   * AGW_DETAIL, ...).
    */
   readonly fields?: Record<string, string | number | boolean>;
 }
@@ -84,8 +99,11 @@ export interface EmergencyOptions {
 
 /** What `tryRaise` did. */
 export type RaiseResult =
-  /** Written; `clipped` when the caps cut MESSAGE or a field, or dropped fields. */
-  | { readonly written: true; readonly clipped: boolean }
+  /**
+   * Written; `clipped` when the caps cut MESSAGE or a field, or dropped fields. `requestedReason`:
+   * an explicit emergency asked for this automatic reason and was written as `manual`.
+   */
+  | { readonly written: true; readonly clipped: boolean; readonly requestedReason?: string }
   /**
    * Not written: the explicit budget is spent (`rate_limited`), or an automatic reason's window
    * is taken (`suppressed`: counted and reported later as AGW_SUPPRESSED). `retryAfterS` is a
@@ -126,6 +144,7 @@ export const RESERVED_FIELDS: ReadonlySet<string> = new Set([
   'AGW_FIELDS_DROPPED',
   'AGW_DROPPED',
   'AGW_DROPPED_TOTAL',
+  'AGW_REQUESTED_REASON',
 ]);
 
 /** Ends a MESSAGE or field value that the caps cut. */
@@ -251,8 +270,16 @@ export class Emergencies {
     this.#tokens -= 1;
     const refused = this.#refusedUnreported;
     this.#refusedUnreported = 0;
-    const clipped = this.#write(e, { AGW_REFUSED: refused > 0 ? refused : undefined });
-    return { written: true, clipped };
+    const extra = { AGW_REFUSED: refused > 0 ? refused : undefined };
+    if (!AUTOMATIC.has(e.reason)) {
+      return { written: true, clipped: this.#write(e, extra, true) };
+    }
+    const clipped = this.#write(
+      { ...e, reason: 'manual' },
+      { ...extra, AGW_REQUESTED_REASON: e.reason },
+      true,
+    );
+    return { written: true, clipped, requestedReason: e.reason };
   }
 
   #automatic(e: Emergency): RaiseResult {
@@ -300,8 +327,8 @@ export class Emergencies {
   }
 
   /** Writes the entry, capped; true if the caps changed it. */
-  #write(e: Emergency, extra: Fields): boolean {
-    const { fields, clipped, dropped } = this.#entry(e, extra);
+  #write(e: Emergency, extra: Fields, explicit = false): boolean {
+    const { fields, clipped, dropped } = this.#entry(e, extra, explicit);
     this.#writer.write(fields);
     this.stats.written++;
     if (clipped) this.stats.clipped++;
@@ -315,13 +342,18 @@ export class Emergencies {
    * 2. MESSAGE is cut to `maxMessageBytes` (or what is left of `maxEntryBytes`, if less), at a
    *    character boundary, ending with CLIP_MARKER.
    * 3. Extra fields: keys normalized (a later field with the same normalized key replaces the
-   *    value), reserved names dropped, the first `maxFields` kept, the rest dropped. In order,
+   *    value), reserved names dropped (on an explicit emergency every `AGW_` name), the first
+   *    `maxFields` kept, the rest dropped. In order,
    *    each is kept whole if it fits what is left of `maxEntryBytes`; else cut to fit, with
    *    CLIP_MARKER, if at least 64 bytes of its value would remain; else dropped.
    * 4. `AGW_TRUNCATED=NAME:original-bytes,...` names what was cut, `AGW_FIELDS_DROPPED=n`
    *    counts what was dropped (room for both is kept aside).
    */
-  #entry(e: Emergency, extra: Fields): { fields: Fields; clipped: boolean; dropped: number } {
+  #entry(
+    e: Emergency,
+    extra: Fields,
+    explicit: boolean,
+  ): { fields: Fields; clipped: boolean; dropped: number } {
     const o = this.#o;
     const truncated: string[] = [];
     const reasonBytes = Buffer.from(String(e.reason), 'utf8');
@@ -354,7 +386,7 @@ export class Emergencies {
     let dropped = 0;
     for (const [key, value] of Object.entries(e.fields ?? {})) {
       const k = normalizeKey(key);
-      if (RESERVED_FIELDS.has(k)) dropped++;
+      if (RESERVED_FIELDS.has(k) || (explicit && k.startsWith(GATEWAY_FIELD_PREFIX))) dropped++;
       else {
         if (normalized.has(k)) dropped++; // replaced by the later value
         normalized.set(k, String(value));

@@ -16,7 +16,7 @@
  *   lost silently.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { encodeEntry, type Fields } from './native-protocol.js';
+import { encodeEntry, type Fields, normalizeKey } from './native-protocol.js';
 import { EMSGSIZE, UnixDgram } from './unix-dgram.js';
 
 export interface JournalWriterOptions {
@@ -227,10 +227,11 @@ export class JournalWriter {
     const line = Object.entries(fields)
       .filter(([k, v]) => v !== undefined && k !== 'PRIORITY' && k !== 'MESSAGE')
       .map(
-        ([k, v]) => `${k}=${JSON.stringify(Buffer.isBuffer(v) ? v.toString('utf8') : String(v))}`,
+        ([k, v]) =>
+          `${normalizeKey(k)}=${printable(JSON.stringify(Buffer.isBuffer(v) ? v.toString('utf8') : String(v)))}`,
       )
       .join(' ');
-    const message = String(fields.MESSAGE ?? '').replace(/\s*\n\s*/g, ' ');
+    const message = printable(String(fields.MESSAGE ?? '').replace(/\s*\n\s*/g, ' '));
     const priority = Number(fields.PRIORITY ?? 6);
     this.#stderr.write(
       `<${Number.isInteger(priority) ? priority : 6}>${message}${line ? ` ${line}` : ''}\n`,
@@ -241,7 +242,32 @@ export class JournalWriter {
     if (this.#warned) return;
     this.#warned = true;
     this.#stderr.write(
-      `<4>agent-gateway: no journald socket at ${this.socketPath}: the emergency channel is degraded to stderr until it appears\n`,
+      `<4>agent-gateway: no journald socket at ${printable(this.socketPath)}: the emergency channel is degraded to stderr until it appears\n`,
     );
   }
+}
+
+/**
+ * Characters a stderr line must not carry raw: C0 controls (NUL, CR, ESC, ...: a CR or a NUL
+ * lets one entry overwrite or end a line and forge `<2>...` after it; ESC drives a terminal),
+ * DEL, C1 controls (U+0080-U+009F: U+0085 is a line break to some readers, U+009B a CSI to some
+ * terminals), the Unicode line and paragraph separators (U+2028, U+2029: line breaks to some log
+ * viewers), and the bidirectional overrides and isolates (U+061C, U+200E-U+200F, U+202A-U+202E,
+ * U+2066-U+2069: they reorder how the rest of the line reads on screen).
+ */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is its job
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g;
+
+/**
+ * `text` with every UNPRINTABLE character written as `\xHH` (up to U+00FF) or `\uHHHH`, so an
+ * entry on stderr is always exactly one line and only shows what it says. A backslash is left
+ * as it is: the escape is for the eye and the terminal, not to be decoded.
+ */
+function printable(text: string): string {
+  return text.replace(UNPRINTABLE, (c) => {
+    const code = c.charCodeAt(0);
+    return code <= 0xff
+      ? `\\x${code.toString(16).padStart(2, '0')}`
+      : `\\u${code.toString(16).padStart(4, '0')}`;
+  });
 }

@@ -163,7 +163,17 @@ export class SidecarService {
         { retryAfterS: r.retryAfterS },
       );
     }
-    return { status: 202, body: { status: 'written', ...(r.clipped ? { clipped: true } : {}) } };
+    return {
+      status: 202,
+      body: {
+        status: 'written',
+        ...(r.clipped ? { clipped: true } : {}),
+        // an automatic reason is the gateway's: written as manual, the one asked for kept
+        ...(r.requestedReason !== undefined
+          ? { reason: 'manual', requested_reason: r.requestedReason }
+          : {}),
+      },
+    };
   }
 
   /** Queued messages the adapter refused for good, each with its answer: nothing is lost unseen. */

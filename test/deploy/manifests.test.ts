@@ -230,6 +230,44 @@ describe('k8s/base/ and k8s/podman/', () => {
     );
   });
 
+  it('compiles the native modules from source in the build stage, and runs no other install script', () => {
+    const dockerfile = readFileSync(join(root, 'docker/Dockerfile'), 'utf8');
+    // the stages' text: instructions after each FROM, up to the next
+    const stages = new Map<string, string>();
+    const froms = [...dockerfile.matchAll(/^FROM \S+ AS (\S+)$/gm)];
+    for (const [i, m] of froms.entries())
+      stages.set(m[1]!, dockerfile.slice(m.index, froms[i + 1]?.index ?? dockerfile.length));
+    const build = stages.get('build')!;
+    const instructions = (text: string) => text.replace(/^#.*\n/gm, '');
+    // prebuild-install downloads no binary: it exits and better-sqlite3's install compiles
+    const buildFromSource = instructions(build).search(/^ENV npm_config_build_from_source=true$/m);
+    expect(buildFromSource).toBeGreaterThan(0);
+    // install scripts are off for every package, then run for exactly those that have one
+    const withScripts = Object.entries(
+      JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')).packages as Record<
+        string,
+        { hasInstallScript?: boolean }
+      >,
+    )
+      .filter(([path, p]) => path !== '' && p.hasInstallScript)
+      .map(([path]) => path.replace(/^.*node_modules\//, ''))
+      .sort();
+    expect(withScripts).toEqual(['better-sqlite3', 'unix-dgram']);
+    const install = /RUN npm ci --ignore-scripts \\\n\s+&& npm rebuild ([\w@/. -]+?) \\\n/.exec(
+      instructions(build),
+    );
+    expect(install?.[1]?.split(' ').sort()).toEqual(withScripts);
+    expect(instructions(build).indexOf('RUN npm ci')).toBeGreaterThan(buildFromSource);
+    expect(dockerfile).not.toMatch(/ignore-scripts=false|--build-from-source=false/);
+    // and the build fails unless each was compiled here (node-gyp's object files)
+    for (const name of withScripts)
+      expect(build).toContain(`test -d node_modules/${name}/build/Release/obj.target`);
+    // the compilers are in the build stage only
+    expect(build).toMatch(/apt-get install -y --no-install-recommends python3 make g\+\+/);
+    for (const [name, text] of stages)
+      if (name !== 'build') expect(instructions(text), name).not.toMatch(/apt-get|g\+\+|node-gyp/);
+  });
+
   it('runs the sidecar as a native sidecar gated on /readyz, and the agent behind it', () => {
     const [pod] = podSpecs('base/agent-pod.yaml');
     const sidecar = pod.initContainers.find((c: Doc) => c.name === 'gateway-sidecar');
