@@ -221,9 +221,20 @@ export const SQL = {
   queueDepths: `
     SELECT recipient, count(*) AS depth, sum(priority) AS critical
     FROM deliveries WHERE state IN (0, 1) GROUP BY recipient`,
-  oldestNormalPending: `
-    SELECT id, message, recipient, attempt, priority FROM deliveries
-    WHERE recipient = ? AND state = 0 AND priority = 0 ORDER BY id LIMIT 1`,
+  // The oldest normal pending delivery of a recipient from one sender: the one a full queue
+  // evicts (queue-shares.ts evictionSender), walking the oldest-normal index in id order.
+  oldestNormalPendingOf: `
+    SELECT d.id, d.message, d.recipient, d.attempt, d.priority FROM deliveries d
+    JOIN messages m ON m.id = d.message
+    WHERE d.recipient = ? AND d.state = 0 AND d.priority = 0 AND m.sender = ?
+    ORDER BY d.id LIMIT 1`,
+  // Each sender's part of a recipient's open deliveries (queue-shares.ts Holding): read only
+  // when the queue is full or a sender nears its critical share, from the lanes index.
+  queueHoldings: `
+    SELECT m.sender AS sender, count(*) AS open, sum(d.priority) AS critical,
+           sum(d.state = 0 AND d.priority = 0) AS evictable
+    FROM deliveries d JOIN messages m ON m.id = d.message
+    WHERE d.recipient = ? AND d.state IN (0, 1) GROUP BY m.sender`,
   // The lanes of one agent whose first open delivery is ready (pending, backoff over): only
   // these may be served, so nothing of a channel overtakes an earlier delivery that is leased or
   // waiting for its retry. Lanes holding a critical pending delivery first, then by their head.

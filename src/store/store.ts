@@ -60,12 +60,20 @@ export interface DeliveryConfig {
   /** Pending plus leased deliveries one agent may hold. Default 500. */
   readonly capacity: number;
   /**
-   * Critical deliveries (pending plus leased) one agent may hold; past it a new critical copy is
-   * dead-lettered at once (queue_full) with its alert. Critical copies are never evicted, so
-   * without this bound any agent could grow another's queue without end by marking a flood
-   * critical. Default 5,000: ten full normal queues of escalations.
+   * Critical deliveries (pending plus leased) of agents one agent may hold; past it, or past
+   * its sender's share of it, a new critical copy is dead-lettered at once (queue_full) with
+   * its alert. Critical copies are never evicted, so without this bound any agent could grow
+   * another's queue without end by marking a flood critical. The adapter's alerts have a
+   * reserve of their own on top (queue-shares.ts alertReserve). Default 5,000: ten full normal
+   * queues of escalations.
    */
   readonly criticalCapacity: number;
+  /**
+   * Agents of the topology: each may hold at most criticalCapacity / agents (at least 1) of one
+   * recipient's critical deliveries (queue-shares.ts criticalShare). Default 1: one sender may
+   * hold them all.
+   */
+  readonly agents?: number;
   /** How long a handed-out delivery waits for its ack, ms. Default 30,000. */
   readonly leaseMs: number;
   /** Redeliveries after the first, then dead-letter. Default 3. */
@@ -80,9 +88,13 @@ export interface DeliveryConfig {
   readonly random?: () => number;
 }
 
-export const DEFAULT_DELIVERY: Omit<DeliveryConfig, 'alertsTo'> = {
+export const DEFAULT_DELIVERY: Omit<
+  Required<DeliveryConfig>,
+  'alertsTo' | 'alertWindowMs' | 'random'
+> = {
   capacity: 500,
   criticalCapacity: 5000,
+  agents: 1,
   leaseMs: 30_000,
   maxRetries: 3,
   retryBaseMs: 1000,

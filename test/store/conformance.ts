@@ -865,6 +865,70 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       expect(await h.deadLetters()).toHaveLength(1);
     });
 
+    it("evicts the flooding sender's own oldest copies: a sender within its share of the queue loses none (issue 29)", async () => {
+      const h = await open({ capacity: 4 }, ['product']);
+      const [pm1] = await h.send(draft({ channel: '@qa', sender: 'pm', kind: 'task/request' }));
+      // engineering floods qa through product, in one group: 10 copies into a queue of 4
+      const flood = await h.send(
+        ...Array.from({ length: 10 }, (_, i) =>
+          draft({ channel: 'product', sender: 'engineering', to: ['qa'], at: T0 + 1 + i }),
+        ),
+      );
+      // a new copy of a sender within its share evicts the largest holder's oldest, not its own
+      const [pm2] = await h.send(draft({ channel: '@qa', sender: 'pm', at: T0 + 20 }));
+      expect(await h.depth('qa')).toEqual({ all: 4, critical: 0 });
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.message.sender])).toEqual(
+        Array(8).fill(['evicted', 'engineering']),
+      );
+      expect(dead.map((d) => d.message.message_id)).toEqual(
+        flood.slice(0, 8).map((a) => a.message_id),
+      );
+      const got = await h.lease('qa', 10, T0 + 21);
+      expect(idsOf(got).sort()).toEqual(
+        [pm1!, pm2!, ...flood.slice(8)].map((a) => a.message_id).sort(),
+      );
+    });
+
+    it("gives each agent an equal share of a critical capacity: past it, its own new critical copy is refused, never another sender's", async () => {
+      // 4 agents, capacity 8: 2 each
+      const h = await open({ capacity: 100, criticalCapacity: 8, agents: 4 }, ['product']);
+      const crit = (sender: string, at: number) =>
+        draft({ channel: 'product', sender, to: ['qa'], priority: 'critical', at });
+      const flood = await h.send(...[0, 1, 2, 3, 4].map((i) => crit('pm', T0 + i)));
+      const [mine] = await h.send(crit('engineering', T0 + 10));
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 3 });
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.recipient, d.message.message_id])).toEqual(
+        flood.slice(2).map((a) => ['queue_full', 'qa', a.message_id]),
+      );
+      const got = await h.lease('qa', 10, T0 + 11);
+      expect(idsOf(got)).toEqual([...flood.slice(0, 2), mine!].map((a) => a.message_id));
+    });
+
+    it("keeps room for the adapter's alerts above a critical capacity agents filled", async () => {
+      const h = await open({ criticalCapacity: 3 });
+      const crit = (at: number) =>
+        draft({ channel: ALERTS_CHANNEL, sender: 'pm', priority: 'critical', at });
+      const held = await h.send(crit(T0), crit(T0 + 1), crit(T0 + 2));
+      // the fourth is refused, and the alert about it still reaches alerts_to
+      const [over] = await h.send(crit(T0 + 3));
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.recipient, d.message.message_id])).toEqual([
+        ['queue_full', ALERTS_TO, over!.message_id],
+      ]);
+      expect(await h.depth(ALERTS_TO)).toEqual({ all: 4, critical: 4 });
+      const got = await h.lease(ALERTS_TO, 10, T0 + 4);
+      expect(got.map((d) => [d.message.sender, d.message.kind])).toEqual([
+        ...held.map(() => ['pm', 'status']),
+        ['adapter', 'alert/dead-letter'],
+      ]);
+      expect(got[3]!.message.payload).toMatchObject({
+        reason: 'queue_full',
+        message_ids: [over!.message_id],
+      });
+    });
+
     it('keeps depth() in step through enqueue, lease, ack, dead letter and replay', async () => {
       const h = await open({ maxRetries: 0 });
       expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
