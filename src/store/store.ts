@@ -172,7 +172,8 @@ export interface StorageLimits {
   readonly maxBytes: number;
   /**
    * The part of maxBytes one sender's messages may use, 0 to 1 (AGW_SENDER_SHARE_PERCENT / 100).
-   * Default 0.5: one agent in a loop cannot fill the store alone.
+   * Default 0.5: one agent in a loop cannot fill the store alone. The adapter's default (`auto`)
+   * scales with its topology: senderShareFor(agents).
    */
   readonly senderShare: number;
   /**
@@ -187,6 +188,17 @@ export const DEFAULT_STORAGE: StorageLimits = {
   senderShare: 0.5,
   reserveBytes: 256 * 1024 ** 2,
 };
+
+/**
+ * The default share of the store one sender may use, for a topology of `agents` (issue 29):
+ * twice an equal part, at most a half and at least 1%. Twice, because agents do not send alike
+ * (a pm or an orchestrator writes more than a researcher), and an equal part would refuse the
+ * busy ones while the store is mostly empty; so it takes about half the agents, not two, to fill
+ * the store. 2 agents: 50%; the seed's 6: 33%; 20: 10%; 200 or more: 1% (41 MiB of 4 GiB).
+ */
+export function senderShareFor(agents: number): number {
+  return Math.min(0.5, Math.max(2 / Math.max(1, agents), 0.01));
+}
 
 /** What the store uses now, as its bounds see it. */
 export interface StorageUse {
