@@ -132,6 +132,24 @@ export const PG_MIGRATIONS: readonly string[] = [
     sender     text
   );
   `,
+  // 2: alert/budget aggregated per sender, not per thread (issue 29; SQLite's migration 7): a
+  // budget row's and event's `recipient` is now the sender refused and `sender` the thread.
+  `
+  CREATE TEMP TABLE budget_rows ON COMMIT DROP AS
+    SELECT sender AS recipient, reason, min(kind) AS kind, max(last_sent_at) AS last_sent_at,
+           sum(count)::integer AS count, '[]'::text AS message_ids, 0 AS attempts,
+           max(recipient) AS sender
+    FROM alert_state
+    WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded') AND sender IS NOT NULL
+    GROUP BY 1, 2;
+  DELETE FROM alert_state WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded');
+  INSERT INTO alert_state (recipient, reason, kind, last_sent_at, count, message_ids, attempts,
+                           sender)
+    SELECT recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender
+    FROM budget_rows;
+  UPDATE alert_events SET recipient = sender, sender = recipient
+    WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded') AND sender IS NOT NULL;
+  `,
 ];
 
 /** Delivery columns most statements read (d), with their message's kind and id (m). */

@@ -166,6 +166,24 @@ export const MIGRATIONS: readonly string[] = [
   );
   INSERT OR REPLACE INTO usage_mark (one, as_of) SELECT 1, coalesce(max(id), 0) FROM messages;
   `,
+  // 7: alert/budget aggregated per sender, not per thread (issue 29, review N-4): a budget row's
+  // `recipient` is now the sender refused and its `sender` column the latest thread. The rows
+  // kept per thread are folded into one per (sender, reason): their counts waiting added up,
+  // the latest window kept, the ids they listed dropped (the count still has them).
+  `
+  CREATE TEMP TABLE budget_rows AS
+    SELECT sender AS recipient, reason, kind, max(last_sent_at) AS last_sent_at,
+           sum(count) AS count, '[]' AS message_ids, 0 AS attempts, max(recipient) AS sender
+    FROM alert_state
+    WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded') AND sender IS NOT NULL
+    GROUP BY 1, 2;
+  DELETE FROM alert_state WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded');
+  INSERT INTO alert_state (recipient, reason, kind, last_sent_at, count, message_ids, attempts,
+                           sender)
+    SELECT recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender
+    FROM budget_rows;
+  DROP TABLE budget_rows;
+  `,
 ];
 
 export const SQL = {

@@ -132,7 +132,7 @@ export type DeadLetterReason =
  * `recipient` (a sender) refused by a storage bound; `write_failures`, commits that kept failing
  * on the storage itself (`recipient` "adapter"), written once writes work again;
  * `hop_budget_exceeded` and `thread_budget_exceeded`, replies refused by a thread's budget
- * (`recipient` naming the thread: alert/budget).
+ * (`recipient` naming the sender refused: alert/budget, aggregated per sender).
  */
 export type AlertReason =
   | DeadLetterReason
@@ -230,9 +230,10 @@ export interface AlertPayload {
 }
 
 /**
- * The payload of alert/budget (CONTRACT.md): replies refused in `thread_id` since the last
- * alert about it. The refused messages were never stored, so have no id: `message_ids` lists
- * the messages they replied to (up to 20), and `sender` is the agent refused last.
+ * The payload of alert/budget (CONTRACT.md): replies of `sender` refused since the last alert
+ * about it, `thread_id` the thread of the latest (aggregated per sender, issue 29). The refused
+ * messages were never stored, so have no id: `message_ids` lists the messages they replied to
+ * (up to 20), in every thread counted.
  */
 export interface BudgetAlertPayload {
   readonly reason: BudgetReason;

@@ -131,3 +131,29 @@ it("one agent's 25 escalations to the orchestrator at AGW_CRITICAL_CAPACITY=20 d
     }),
   ]);
 });
+
+it('refused replies in 60 threads make one alert/budget for their sender, not 60 (review N-4)', async () => {
+  t = await startTestAdapter({ hopBudget: '1' });
+  const roots = await batch(
+    'pm',
+    Array.from({ length: 60 }, (_, i) => envelope('@qa', 'status', { n: i })),
+  );
+  const replies = await batch(
+    'qa',
+    roots.map((r) => ({ ...envelope('@pm', 'status'), reply_to: r.message_id })),
+  );
+  expect(replies.map((r) => r.status)).toEqual(Array(60).fill(201));
+  const refused = await batch(
+    'pm',
+    replies.map((r) => ({ ...envelope('@qa', 'status'), reply_to: r.message_id })),
+  );
+  expect(refused.map((r) => r.error)).toEqual(Array(60).fill('hop_budget_exceeded'));
+  const hb = await call(t.url, 'POST', '/v1/heartbeat', { agent: 'orchestrator' });
+  expect(hb.body).toEqual({ pending: 1, critical_pending: 1 });
+  const [alert] = await pollAs(t.url, 'orchestrator', { max: 10 });
+  expect(alert.message).toMatchObject({
+    sender: 'adapter',
+    kind: 'alert/budget',
+    payload: { reason: 'hop_budget_exceeded', sender: 'pm', count: 1 },
+  });
+});
