@@ -4,7 +4,8 @@
  * - a flood within the sender's rate evicts its own oldest copies from a full queue, never
  *   another member's task/request;
  * - one agent's escalations past its share of a recipient's critical capacity are dead-lettered,
- *   never another agent's escalation or the adapter's own alert.
+ *   never another agent's escalation or the adapter's own alert;
+ * - one agent's budget refusals in many threads make one alert/budget a window (N-4).
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';
@@ -133,7 +134,8 @@ it("one agent's 25 escalations to the orchestrator at AGW_CRITICAL_CAPACITY=20 d
 });
 
 it('refused replies in 60 threads make one alert/budget for their sender, not 60 (review N-4)', async () => {
-  t = await startTestAdapter({ hopBudget: '1' });
+  let clock = Date.UTC(2031, 0, 1);
+  t = await startTestAdapter({ hopBudget: '1' }, { now: () => clock });
   const roots = await batch(
     'pm',
     Array.from({ length: 60 }, (_, i) => envelope('@qa', 'status', { n: i })),
@@ -156,4 +158,19 @@ it('refused replies in 60 threads make one alert/budget for their sender, not 60
     kind: 'alert/budget',
     payload: { reason: 'hop_budget_exceeded', sender: 'pm', count: 1 },
   });
+  // the window's end, 30 s on (the store's sweep, as the adapter's timer runs it): one more,
+  // with the other 59 refusals counted
+  const ack = await call(t.url, 'POST', '/v1/acks', {
+    agent: 'orchestrator',
+    body: { delivery_ids: [alert.delivery_id] },
+  });
+  expect(ack.status).toBe(200);
+  clock += 30_000;
+  await t.store.commit([{ op: 'sweep', now: clock }]);
+  const [next] = await pollAs(t.url, 'orchestrator', { max: 10 });
+  expect(next.message).toMatchObject({
+    kind: 'alert/budget',
+    payload: { reason: 'hop_budget_exceeded', sender: 'pm', count: 59 },
+  });
+  expect(next.message.payload.message_ids).toHaveLength(20);
 });
