@@ -1,7 +1,8 @@
 /**
  * Retention: messages older than AGW_RETENTION_DAYS go, with their deliveries, dead letters
  * and idempotency keys, except the contract kinds (kept indefinitely: the audit trail, seed 000
- * "Retention policy") and messages a delivery still waits for. Runs at start and hourly, in
+ * "Retention policy"; or for AGW_RETENTION_KEEP_DAYS when an operator sets it) and messages a
+ * delivery still waits for. Runs at start and hourly, in
  * groups of 200 messages, each its own small transaction through the group commit, so a request
  * never waits behind more than one of them (a few milliseconds).
  */
@@ -18,8 +19,13 @@ export interface RetentionOptions {
   readonly now: () => number;
   readonly logger: Logger;
   readonly days: number;
-  /** Kinds kept whatever their age. */
+  /** Kinds kept past `days`. */
   readonly keepKinds: readonly string[];
+  /**
+   * Days after which the kept kinds go too (AGW_RETENTION_KEEP_DAYS), still never a message a
+   * delivery waits for; 0: kept for ever. The way out when kept kinds fill the store.
+   */
+  readonly keepDays?: number;
 }
 
 export class Retention {
@@ -50,21 +56,35 @@ export class Retention {
   }
 
   async #pass(): Promise<number> {
-    const { commits, now, days, keepKinds, logger } = this.#o;
-    const before = now() - days * DAY_MS;
+    const { now, days, keepKinds, keepDays = 0, logger } = this.#o;
+    const at = now();
+    const before = at - days * DAY_MS;
+    let total = await this.#prune(before, keepKinds);
+    // past their own horizon the kept kinds go too (a second sweep, nothing kept)
+    const keptBefore = keepDays > 0 ? at - keepDays * DAY_MS : undefined;
+    if (keptBefore !== undefined) total += await this.#prune(keptBefore, []);
+    if (total > 0) {
+      const horizon = { before: new Date(before).toISOString() };
+      if (keptBefore !== undefined)
+        Object.assign(horizon, { kept_before: new Date(keptBefore).toISOString() });
+      logger.info({ pruned: total, ...horizon }, 'retention pass');
+    }
+    return total;
+  }
+
+  /** Prunes in batches every message received before `before` but kinds in `keep`. */
+  async #prune(before: number, keep: readonly string[]): Promise<number> {
+    const { commits, logger } = this.#o;
     let total = 0;
     for (;;) {
       try {
-        const n = await commits.run({ op: 'prune', before, keep: keepKinds, limit: BATCH });
+        const n = await commits.run({ op: 'prune', before, keep, limit: BATCH });
         total += n;
-        if (n < BATCH) break;
+        if (n < BATCH) return total;
       } catch (err) {
         logger.error({ err }, 'retention pass failed; it runs again within the hour');
         throw err;
       }
     }
-    if (total > 0)
-      logger.info({ pruned: total, before: new Date(before).toISOString() }, 'retention pass');
-    return total;
   }
 }

@@ -103,6 +103,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     logger,
     days: settings.retentionDays,
     keepKinds: settings.retentionKeepKinds,
+    keepDays: settings.retentionKeepDays,
   });
   let ready = false;
   let closing = false;

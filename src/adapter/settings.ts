@@ -10,8 +10,14 @@ import {
   DEFAULT_MAX_POLLS_PER_AGENT,
 } from '../protocol/limits.js';
 import { intSetting, listenSetting, type SettingSpec } from '../settings.js';
-import { DEFAULT_BUDGETS, DEFAULT_DELIVERY, DEFAULT_STORAGE } from '../store/store.js';
+import {
+  DEFAULT_BUDGETS,
+  DEFAULT_DELIVERY,
+  DEFAULT_STORAGE,
+  senderShareFor,
+} from '../store/store.js';
 import { DEFAULT_SEND_RATE } from './send-rate.js';
+import type { Topology } from './topology.js';
 
 export const ADAPTER_SETTINGS = {
   /** Where the adapter listens. Default 0.0.0.0:8080. */
@@ -67,15 +73,21 @@ export const ADAPTER_SETTINGS = {
   /** Kinds retention never prunes, comma-separated. Default task/request,policy/update. */
   retentionKeepKinds: { env: 'AGW_RETENTION_KEEP_KINDS', default: 'task/request,policy/update' },
   /**
+   * Days after which retention prunes the kept kinds too (still never a message a delivery
+   * waits for): the way out when they fill the store. Default 0: kept for ever.
+   */
+  retentionKeepDays: { env: 'AGW_RETENTION_KEEP_DAYS', default: '0' },
+  /**
    * Bytes the store may use; past it new messages are refused (503 storage_full). Default
    * 4294967296 (4 GiB: 80% of the 5 GiB volume k8s/ gives it).
    */
   maxStoreBytes: { env: 'AGW_MAX_STORE_BYTES', default: String(DEFAULT_STORAGE.maxBytes) },
-  /** Percent of AGW_MAX_STORE_BYTES one sender's messages may use. Default 50. */
-  senderSharePercent: {
-    env: 'AGW_SENDER_SHARE_PERCENT',
-    default: String(DEFAULT_STORAGE.senderShare * 100),
-  },
+  /**
+   * Percent of AGW_MAX_STORE_BYTES one sender's messages may use, 1 to 100. Default `auto`: twice
+   * an equal part of the topology's agents, from 50% (2 agents) down to 1% (200 or more);
+   * 33% for the seed's 6 (store.ts senderShareFor).
+   */
+  senderSharePercent: { env: 'AGW_SENDER_SHARE_PERCENT', default: 'auto' },
   /** Bytes kept free on the store's volume; 0: not checked. Default 268435456 (256 MiB). */
   minFreeBytes: { env: 'AGW_MIN_FREE_BYTES', default: String(DEFAULT_STORAGE.reserveBytes) },
   /** Byte bound of a page (replay, inbox, dead letters): it ends early. Default 8388608 (8 MiB). */
@@ -137,6 +149,7 @@ export const AdapterSettingsSchema = z
     maxRetries: intSetting(0, 100),
     retryBaseMs: intSetting(1, 3600 * 1000),
     retentionDays: intSetting(1, 36500),
+    retentionKeepDays: intSetting(0, 36500),
     retentionKeepKinds: z.string().transform((s, ctx) => {
       const kinds = s
         .split(',')
@@ -151,7 +164,16 @@ export const AdapterSettingsSchema = z
     }),
     maxPageBytes: intSetting(65_536, 1024 * 1024 * 1024),
     maxStoreBytes: intSetting(1024 * 1024, 2 ** 50),
-    senderSharePercent: intSetting(1, 100),
+    senderSharePercent: z.string().transform((s, ctx): number | 'auto' => {
+      const v = s.trim();
+      const n = Number(v);
+      if (v === 'auto') return 'auto';
+      if (v === '' || !Number.isInteger(n) || n < 1 || n > 100) {
+        ctx.addIssue({ code: 'custom', message: 'must be auto or an integer from 1 to 100' });
+        return z.NEVER;
+      }
+      return n;
+    }),
     minFreeBytes: intSetting(0, 2 ** 50),
     headersTimeoutMs: intSetting(100, 600_000),
     requestTimeoutMs: intSetting(100, 3_600_000),
@@ -175,6 +197,13 @@ export const AdapterSettingsSchema = z
         message: `must be at least AGW_LEASE_MS (${s.leaseMs}): an extension may only lengthen a lease`,
       });
     }
+    if (s.retentionKeepDays > 0 && s.retentionKeepDays < s.retentionDays) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['retentionKeepDays'],
+        message: `must be 0 (kept for ever) or at least AGW_RETENTION_DAYS (${s.retentionDays}): kept kinds outlive the others`,
+      });
+    }
     if (s.headersTimeoutMs > s.requestTimeoutMs) {
       ctx.addIssue({
         code: 'custom',
@@ -186,22 +215,31 @@ export const AdapterSettingsSchema = z
 
 export type AdapterSettings = z.output<typeof AdapterSettingsSchema>;
 
-/** What the store needs of the settings: its durability, the delivery rules, its bounds. */
-export function storeOptions(settings: AdapterSettings, alertsTo: string) {
+/**
+ * What the store needs of the settings and the topology: its durability, the delivery rules
+ * (the agents share each recipient's critical capacity), its bounds.
+ */
+export function storeOptions(
+  settings: AdapterSettings,
+  topology: Pick<Topology, 'alertsTo' | 'agents'>,
+) {
+  const agents = topology.agents.size;
+  const share = settings.senderSharePercent;
   return {
     sync: settings.sync,
     delivery: {
       capacity: settings.queueCapacity,
       criticalCapacity: settings.criticalCapacity,
+      agents,
       leaseMs: settings.leaseMs,
       maxRetries: settings.maxRetries,
       retryBaseMs: settings.retryBaseMs,
-      alertsTo,
+      alertsTo: topology.alertsTo,
     },
     budgets: { hops: settings.hopBudget, messages: settings.threadBudget },
     storage: {
       maxBytes: settings.maxStoreBytes,
-      senderShare: settings.senderSharePercent / 100,
+      senderShare: share === 'auto' ? senderShareFor(agents) : share / 100,
       reserveBytes: settings.minFreeBytes,
     },
   } as const;

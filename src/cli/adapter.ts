@@ -46,7 +46,7 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   let store: Store;
   try {
     // The composition root: the store is chosen here, from AGW_DB.
-    store = await openStore(settings.db, storeOptions(settings, topology.alertsTo));
+    store = await openStore(settings.db, storeOptions(settings, topology));
   } catch (err) {
     // A store that cannot be opened (a full or read-only volume, a file that is no database, a
     // schema newer than this adapter) stops every agent's traffic: the out-of-band channel says

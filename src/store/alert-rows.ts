@@ -17,7 +17,13 @@ export interface AlertRow {
   count: number;
   message_ids: string;
   attempts: number;
-  /** Budget alerts: the sender of the latest refusal counted. */
+  /**
+   * Budget alerts: the thread of the latest refusal counted. They are aggregated per sender
+   * (issue 29, review N-4: per thread, any agent could make the adapter send one critical alert
+   * per thread it opened), so the row's `recipient` is the sender refused; the column kept its
+   * name from when rows were per thread and it named the sender (migrations 7 / 2 turned those
+   * rows around).
+   */
   sender: string | null;
 }
 
@@ -35,8 +41,8 @@ export function dueAlertOf(a: AlertRow, now: number): { due: DueAlert; cleared: 
           kind,
           payload: {
             reason: a.reason as BudgetReason,
-            thread_id: a.recipient,
-            sender: a.sender ?? '',
+            thread_id: a.sender ?? '',
+            sender: a.recipient,
             count: a.count,
             message_ids,
           },

@@ -4,9 +4,10 @@
  * that count towards alerts), run inside a transaction that holds the lock of every agents row
  * whose deliveries it changes, so the depths it keeps in that row stay exact across replicas.
  */
-import { ADAPTER_KIND_PREFIX } from '../protocol/envelope.js';
+import { ADAPTER_KIND_PREFIX, ADAPTER_SENDER } from '../protocol/envelope.js';
 import { GatewayError } from '../protocol/errors.js';
 import type { DeliveryRow, ReadyRow, Tx } from './pg-tx.js';
+import { admitCritical, evictionSender, type Holding } from './queue-shares.js';
 import {
   type DeadLetterReason,
   type DeliveryConfig,
@@ -17,9 +18,20 @@ import {
 
 export type { DeliveryRow, ReadyRow } from './pg-tx.js';
 
+type MutableHolding = { -readonly [K in keyof Holding]: Holding[K] };
+
+interface TxShares {
+  /** Per recipient, each sender's part of its open deliveries (queue-shares.ts Holding). */
+  readonly holdings: Map<string, Map<string, MutableHolding>>;
+  /** Per recipient and sender (`recipient\0sender`), its oldest normal pending, in order. */
+  readonly victims: Map<string, DeliveryRow[]>;
+}
+
 export class PgDeliveries {
   readonly #cfg: Required<DeliveryConfig>;
   readonly #stats: DeliveryStats;
+  /** Per transaction: the holdings and victims read in it (#state). */
+  readonly #shares = new WeakMap<Tx, TxShares>();
 
   constructor(cfg: Required<DeliveryConfig>, stats: DeliveryStats) {
     this.#cfg = cfg;
@@ -31,10 +43,11 @@ export class PgDeliveries {
   }
 
   /**
-   * What a new delivery to `recipient` is to be (the recipient's row locked): pending, after
-   * evicting the oldest normal pending delivery if the queue is full, or dead at once
-   * (queue_full; then `settle` writes its dead letter). The rules of sqlite-deliveries.ts
-   * enqueue.
+   * What a new delivery from `sender` to `recipient` is to be (the recipient's row locked):
+   * pending, after evicting the oldest normal pending delivery of the sender holding the most of
+   * the queue if it is full, or dead at once (queue_full; then `settle` writes its dead letter).
+   * The rules of sqlite-deliveries.ts enqueue, from queue-shares.ts. `sender` undefined: an
+   * operator's replay of a dead letter.
    */
   async admit(
     tx: Tx,
@@ -42,42 +55,123 @@ export class PgDeliveries {
     messageId: string,
     priority: number,
     now: number,
+    sender: string | undefined,
     quiet: boolean,
   ): Promise<DeliveryState> {
     const depth = tx.agent(recipient);
     const left = tx.toCome.get(recipient) ?? 1;
     tx.toCome.set(recipient, left - 1);
-    if (priority !== 0 && depth.critical >= this.#cfg.criticalCapacity) {
+    if (priority !== 0 && !(await this.#admitCritical(tx, recipient, sender, depth.critical))) {
       return DeliveryState.deadLetter;
     }
     if (depth.depth >= this.#cfg.capacity) {
-      const victim = await this.#victim(tx, recipient, left);
+      const holdings = await this.#holdings(tx, recipient);
+      const from = evictionSender([...holdings.values()], sender ?? '');
+      const victim = from === undefined ? undefined : await this.#victim(tx, recipient, from, left);
       if (victim !== undefined) {
         this.deadLetter(tx, victim, 'evicted', now);
+        const h = holdings.get(from!)!;
+        h.open--;
+        h.evictable--;
       } else if (priority === 0) {
         return DeliveryState.deadLetter;
       } else if (!quiet) {
         tx.raise(recipient, 'critical_overrun', messageId, 0, now);
       }
     }
+    // the new copy, counted in the holdings read in this transaction
+    const held = this.#state(tx).holdings.get(recipient);
+    if (held !== undefined) {
+      const key = sender ?? '';
+      const h = held.get(key) ?? { sender: key, open: 0, critical: 0, evictable: 0 };
+      h.open++;
+      h.critical += priority;
+      if (priority === 0) h.evictable++;
+      held.set(key, h);
+    }
     return DeliveryState.pending;
   }
 
+  async #admitCritical(
+    tx: Tx,
+    recipient: string,
+    sender: string | undefined,
+    total: number,
+  ): Promise<boolean> {
+    const { criticalCapacity, agents } = this.#cfg;
+    let verdict = admitCritical(sender, { total }, criticalCapacity, agents);
+    if (verdict === 'needs-counts') {
+      const holdings = await this.#holdings(tx, recipient);
+      const of = (s: string) => holdings.get(s)?.critical ?? 0;
+      const counts = { total, sender: of(sender!), adapter: of(ADAPTER_SENDER) };
+      verdict = admitCritical(sender, counts, criticalCapacity, agents);
+    }
+    return verdict === 'admit';
+  }
+
+  /** This transaction's holdings and victims (kept per transaction, dropped by #drop). */
+  #state(tx: Tx): TxShares {
+    let st = this.#shares.get(tx);
+    if (st === undefined) {
+      st = { holdings: new Map(), victims: new Map() };
+      this.#shares.set(tx, st);
+    }
+    return st;
+  }
+
   /**
-   * The oldest normal pending delivery of a recipient (its row locked), to evict. Read for
-   * the `left` deliveries the group may still add to it at once (up to 64); when they are used
-   * up, read again, behind every write sent before (this group's own deliveries are then
-   * candidates too). The ones read stay the oldest: the group adds only newer ones, and an op
-   * that changes the queue otherwise (lease, ack, nack, quarantine) drops them.
+   * Each sender's part of a recipient's open deliveries, read once a transaction and then kept
+   * in step by admit (a new copy, an eviction) until an op that changes the queue otherwise
+   * (lease, ack, nack, quarantine) drops it.
    */
-  async #victim(tx: Tx, recipient: string, left: number): Promise<DeliveryRow | undefined> {
-    let list = tx.victims.get(recipient);
+  async #holdings(tx: Tx, recipient: string): Promise<Map<string, MutableHolding>> {
+    const st = this.#state(tx);
+    let held = st.holdings.get(recipient);
+    if (held === undefined) {
+      const rows = await tx.q<MutableHolding>('queueHoldings', [recipient]);
+      held = new Map(rows.map((r) => [r.sender, { ...r }]));
+      st.holdings.set(recipient, held);
+    }
+    return held;
+  }
+
+  /**
+   * The oldest normal pending delivery of a recipient from `sender` (its row locked), to evict.
+   * Read for the `left` deliveries the group may still add to it at once (up to 64); when they
+   * are used up, read again, behind every write sent before (this group's own deliveries are
+   * then candidates too). The ones read stay the oldest: the group adds only newer ones, and an
+   * op that changes the queue otherwise (lease, ack, nack, quarantine) drops them.
+   */
+  async #victim(
+    tx: Tx,
+    recipient: string,
+    sender: string,
+    left: number,
+  ): Promise<DeliveryRow | undefined> {
+    const victims = this.#state(tx).victims;
+    const key = `${recipient}\u0000${sender}`;
+    let list = victims.get(key);
     if (list === undefined || list.length === 0) {
       const n = Math.min(Math.max(left, 1), 64);
-      list = await tx.q<DeliveryRow>('oldestNormalPending', [recipient, n]);
-      tx.victims.set(recipient, list);
+      list = await tx.q<DeliveryRow>('oldestNormalPendingOf', [recipient, sender, n]);
+      victims.set(key, list);
     }
     return list.shift();
+  }
+
+  /** An op changed `agent`'s queue otherwise than admit does (undefined: any agent's). */
+  #drop(tx: Tx, agent?: string): void {
+    const st = this.#shares.get(tx);
+    if (st === undefined) return;
+    if (agent === undefined) {
+      st.holdings.clear();
+      st.victims.clear();
+      return;
+    }
+    st.holdings.delete(agent);
+    for (const key of st.victims.keys()) {
+      if (key.startsWith(`${agent}\u0000`)) st.victims.delete(key);
+    }
   }
 
   /**
@@ -122,7 +216,7 @@ export class PgDeliveries {
     const expires = now + this.#cfg.leaseMs;
     const ids = rows.map((r) => r.id);
     tx.write('lease', [expires, ids]);
-    tx.victims.clear();
+    this.#drop(tx);
     tx.fx.timingChanged = true;
     return rows.map((r) => {
       const attempt = r.attempt + 1;
@@ -135,7 +229,7 @@ export class PgDeliveries {
 
   async ack(tx: Tx, agent: string, ids: readonly number[]): Promise<OpResults['ack']> {
     const out: OpResults['ack'] = { acked: [], dead: [], unknown: [] };
-    tx.victims.delete(agent);
+    this.#drop(tx, agent);
     const rows = await this.#own(tx, agent, ids);
     const toAck: number[] = [];
     rows.forEach((r, i) => {
@@ -165,7 +259,7 @@ export class PgDeliveries {
     reason: string | null = null,
   ): Promise<OpResults['nack']> {
     const out: OpResults['nack'] = { nacked: [], ignored: [], unknown: [] };
-    tx.victims.delete(agent);
+    this.#drop(tx, agent);
     const rows = await this.#own(tx, agent, ids);
     const retries: [number, number][] = [];
     const done = new Set<number>();
@@ -211,7 +305,7 @@ export class PgDeliveries {
   /** A delivery whose message failed its checksum: to the dead letters (`integrity`). */
   async quarantine(tx: Tx, id: number, now: number): Promise<void> {
     const [r] = await tx.deliveries([id]);
-    tx.victims.clear();
+    this.#drop(tx);
     if (r !== undefined && r.state !== DeliveryState.deadLetter)
       this.deadLetter(tx, r, 'integrity', now);
   }

@@ -132,6 +132,24 @@ export const PG_MIGRATIONS: readonly string[] = [
     sender     text
   );
   `,
+  // 2: alert/budget aggregated per sender, not per thread (issue 29; SQLite's migration 7): a
+  // budget row's and event's `recipient` is now the sender refused and `sender` the thread.
+  `
+  CREATE TEMP TABLE budget_rows ON COMMIT DROP AS
+    SELECT sender AS recipient, reason, min(kind) AS kind, max(last_sent_at) AS last_sent_at,
+           sum(count)::integer AS count, '[]'::text AS message_ids, 0 AS attempts,
+           max(recipient) AS sender
+    FROM alert_state
+    WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded') AND sender IS NOT NULL
+    GROUP BY 1, 2;
+  DELETE FROM alert_state WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded');
+  INSERT INTO alert_state (recipient, reason, kind, last_sent_at, count, message_ids, attempts,
+                           sender)
+    SELECT recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender
+    FROM budget_rows;
+  UPDATE alert_events SET recipient = sender, sender = recipient
+    WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded') AND sender IS NOT NULL;
+  `,
 ];
 
 /** Delivery columns most statements read (d), with their message's kind and id (m). */
@@ -285,13 +303,24 @@ export const PG_SQL = {
       (SELECT min(at) FROM alert_events)) AS due`,
 
   // deliveries
-  /** The $2 oldest normal pending deliveries of an agent: the next to evict, in order. */
-  oldestNormalPending: `
+  /**
+   * The $3 oldest normal pending deliveries of agent $1 from sender $2: the next to evict, in
+   * order (queue-shares.ts evictionSender chose the sender).
+   */
+  oldestNormalPendingOf: `
     SELECT ${DELIVERY_ROW}
-    FROM (SELECT * FROM deliveries
-          WHERE recipient = $1 AND state = 0 AND priority = 0 ORDER BY id LIMIT $2) d
-    LEFT JOIN messages m ON m.id = d.message
-    ORDER BY d.id`,
+    FROM deliveries d JOIN messages m ON m.id = d.message
+    WHERE d.recipient = $1 AND d.state = 0 AND d.priority = 0 AND m.sender = $2
+    ORDER BY d.id LIMIT $3`,
+  /**
+   * Each sender's part of agent $1's open deliveries (queue-shares.ts Holding): read when its
+   * queue is full or a sender nears its critical share (SQLite's queueHoldings).
+   */
+  queueHoldings: `
+    SELECT m.sender, count(*)::int AS open, sum(d.priority)::int AS critical,
+           (count(*) FILTER (WHERE d.state = 0 AND d.priority = 0))::int AS evictable
+    FROM deliveries d JOIN messages m ON m.id = d.message
+    WHERE d.recipient = $1 AND d.state IN (0, 1) GROUP BY m.sender`,
   /**
    * Up to $3 deliveries of one agent that may be handed out now ($2), in hand-out order, with
    * their messages: the lanes whose first open delivery is ready, critical lanes first, then

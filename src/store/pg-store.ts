@@ -520,7 +520,7 @@ export class PgStore implements Store {
     const quiet = d.sender === ADAPTER_SENDER;
     const states: DeliveryState[] = [];
     for (const r of d.recipients) {
-      states.push(await this.#deliveries.admit(tx, r, id, priority, d.receivedAt, quiet));
+      states.push(await this.#deliveries.admit(tx, r, id, priority, d.receivedAt, d.sender, quiet));
     }
     // sent with the group's next statement, not waited for
     tx.insertMessage(
@@ -671,6 +671,7 @@ export class PgStore implements Store {
       dl.message_id,
       dl.priority,
       now,
+      undefined,
       false,
     );
     const { id: delivery } = (await tx.one<{ id: number }>('insertDelivery', [

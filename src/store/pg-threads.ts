@@ -188,7 +188,8 @@ export class PgThreads {
     d: MessageDraft,
     message: string,
   ): GatewayError {
-    tx.raise(t.thread_id, reason, t.message_id, 0, d.receivedAt, 1, d.sender);
+    // per (sender, reason), the latest thread in the row's `sender` (sqlite-threads.ts #refuse)
+    tx.raise(d.sender, reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
     return new GatewayError(reason, message);
   }
 }

@@ -135,12 +135,9 @@ export class Tx {
    */
   readonly rows = new Map<number, DeliveryRow | null>();
   /**
-   * Per recipient, the oldest normal pending deliveries, read at once for the evictions the
-   * group's appends may need, taken in order (pg-deliveries.ts admit); dropped when an op
-   * changes that recipient's queue otherwise (lease, ack, nack). And how many deliveries to
-   * each recipient the group's appends have still to admit (how many to read).
+   * How many deliveries to each recipient the group's appends have still to admit: how many
+   * victims pg-deliveries.ts reads at once for the evictions they may need.
    */
-  readonly victims = new Map<string, DeliveryRow[]>();
   readonly toCome = new Map<string, number>();
   /** The ready deliveries of lease ops, read in the group's first round trip (pg-store.ts). */
   readonly lanes = new Map<object, ReadyRow[]>();

@@ -166,6 +166,24 @@ export const MIGRATIONS: readonly string[] = [
   );
   INSERT OR REPLACE INTO usage_mark (one, as_of) SELECT 1, coalesce(max(id), 0) FROM messages;
   `,
+  // 7: alert/budget aggregated per sender, not per thread (issue 29, review N-4): a budget row's
+  // `recipient` is now the sender refused and its `sender` column the latest thread. The rows
+  // kept per thread are folded into one per (sender, reason): their counts waiting added up,
+  // the latest window kept, the ids they listed dropped (the count still has them).
+  `
+  CREATE TEMP TABLE budget_rows AS
+    SELECT sender AS recipient, reason, kind, max(last_sent_at) AS last_sent_at,
+           sum(count) AS count, '[]' AS message_ids, 0 AS attempts, max(recipient) AS sender
+    FROM alert_state
+    WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded') AND sender IS NOT NULL
+    GROUP BY 1, 2;
+  DELETE FROM alert_state WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded');
+  INSERT INTO alert_state (recipient, reason, kind, last_sent_at, count, message_ids, attempts,
+                           sender)
+    SELECT recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender
+    FROM budget_rows;
+  DROP TABLE budget_rows;
+  `,
 ];
 
 export const SQL = {
@@ -221,9 +239,20 @@ export const SQL = {
   queueDepths: `
     SELECT recipient, count(*) AS depth, sum(priority) AS critical
     FROM deliveries WHERE state IN (0, 1) GROUP BY recipient`,
-  oldestNormalPending: `
-    SELECT id, message, recipient, attempt, priority FROM deliveries
-    WHERE recipient = ? AND state = 0 AND priority = 0 ORDER BY id LIMIT 1`,
+  // The oldest normal pending delivery of a recipient from one sender: the one a full queue
+  // evicts (queue-shares.ts evictionSender), walking the oldest-normal index in id order.
+  oldestNormalPendingOf: `
+    SELECT d.id, d.message, d.recipient, d.attempt, d.priority FROM deliveries d
+    JOIN messages m ON m.id = d.message
+    WHERE d.recipient = ? AND d.state = 0 AND d.priority = 0 AND m.sender = ?
+    ORDER BY d.id LIMIT 1`,
+  // Each sender's part of a recipient's open deliveries (queue-shares.ts Holding): read only
+  // when the queue is full or a sender nears its critical share, from the lanes index.
+  queueHoldings: `
+    SELECT m.sender AS sender, count(*) AS open, sum(d.priority) AS critical,
+           sum(d.state = 0 AND d.priority = 0) AS evictable
+    FROM deliveries d JOIN messages m ON m.id = d.message
+    WHERE d.recipient = ? AND d.state IN (0, 1) GROUP BY m.sender`,
   // The lanes of one agent whose first open delivery is ready (pending, backoff over): only
   // these may be served, so nothing of a channel overtakes an earlier delivery that is leased or
   // waiting for its retry. Lanes holding a critical pending delivery first, then by their head.

@@ -2,7 +2,7 @@
  * Alert aggregation: at most one alert per (subject, reason) every window (30 s), carrying
  * the count since the last, so that a storm of dead letters cannot itself flood alerts_to's
  * queue; the first of a window goes out at once. The subject is the recipient a delivery alert
- * is about, or the thread a budget alert is about (kept in the same `recipient` column). The
+ * is about, or the sender a budget alert is about (kept in the same `recipient` column). The
  * counts live in alert_state, so a crash loses none. An alert is a message like any other: this
  * class decides when one is due, and the store writes it (it owns sequences and fan-out). Runs
  * inside the caller's transaction.
@@ -37,7 +37,7 @@ export class Alerts {
   /**
    * Counts `count` events (default one) towards their (recipient, reason) alert, listing
    * `messageId` when there is one; due at once if the window passed. For a budget reason,
-   * `recipient` is the thread and `sender` who was refused.
+   * `recipient` is the sender refused and `sender` the thread (alert-rows.ts AlertRow).
    */
   raise(
     recipient: string,

@@ -5,8 +5,9 @@
  * letter or alert are written together or not at all.
  */
 import type Database from 'better-sqlite3';
-import { ADAPTER_KIND_PREFIX } from '../protocol/envelope.js';
+import { ADAPTER_KIND_PREFIX, ADAPTER_SENDER } from '../protocol/envelope.js';
 import { GatewayError } from '../protocol/errors.js';
+import { admitCritical, evictionSender, type Holding } from './queue-shares.js';
 import { SQL } from './sql.js';
 import type { Alerts } from './sqlite-alerts.js';
 import type { CommitEffectsLog } from './sqlite-effects.js';
@@ -55,7 +56,8 @@ export class Deliveries {
     this.#s = {
       insert: p<{ id: number }>(SQL.insertDelivery),
       depths: p<{ recipient: string; depth: number; critical: number }>(SQL.queueDepths),
-      oldestNormal: p<Row>(SQL.oldestNormalPending),
+      oldestNormalOf: p<Row>(SQL.oldestNormalPendingOf),
+      holdings: p<Holding>(SQL.queueHoldings),
       readyLanes: p<{ channel: string; head: number }>(SQL.readyLanes),
       lane: p<{ id: number; message: number; state: DeliveryState; available_at: number }>(
         SQL.lane,
@@ -90,11 +92,13 @@ export class Deliveries {
   }
 
   /**
-   * A new delivery of `message` to `recipient`, within the bounds. A critical one past the
-   * critical bound is dead-lettered at once (queue_full). Past the bound of the queue, the
-   * oldest normal pending delivery is evicted to the dead letters; if there is none, a normal
-   * delivery is dead-lettered at once (queue_full) and a critical one is taken above the bound
-   * with an overrun alert. Nothing leaves without a dead-letter row.
+   * A new delivery of `message` from `sender` to `recipient`, within the bounds (the rules are
+   * queue-shares.ts's). A critical one past its sender's share of the critical bound, or past
+   * the bound, is dead-lettered at once (queue_full). Past the bound of the queue, the oldest
+   * normal pending delivery of the sender holding the most of it is evicted to the dead
+   * letters; if no such sender has one, a normal delivery is dead-lettered at once (queue_full)
+   * and a critical one is taken above the bound with an overrun alert. Nothing leaves without a
+   * dead-letter row. `sender` undefined: an operator's replay of a dead letter.
    */
   enqueue(
     message: number,
@@ -103,17 +107,20 @@ export class Deliveries {
     channel: string,
     priority: number,
     now: number,
+    sender: string | undefined,
     quiet = false,
   ): number {
     const depth = this.depth(recipient);
     // Critical copies are never evicted: this bound is all that keeps a flood of them from
-    // growing a queue without end. (The adapter's own alerts count too; their dead letters
-    // raise no alert of their own, #deadLetter.)
-    if (priority !== 0 && depth.critical >= this.#cfg.criticalCapacity) {
+    // growing a queue without end, and each sender's share of it keeps one sender's flood from
+    // taking the room of the others (and of the adapter's alerts, which have their own).
+    if (priority !== 0 && !this.#admitCritical(recipient, sender, depth.critical)) {
       return this.#refuse(message, recipient, channel, priority, now);
     }
     if (depth.all >= this.#cfg.capacity) {
-      const victim = this.#s.oldestNormal.get(recipient);
+      const holdings = this.#s.holdings.all(recipient);
+      const from = evictionSender(holdings, sender ?? '');
+      const victim = from === undefined ? undefined : this.#s.oldestNormalOf.get(recipient, from);
       if (victim !== undefined) {
         this.#deadLetter(victim, 'evicted', now);
       } else if (priority === 0) {
@@ -149,6 +156,18 @@ export class Deliveries {
       }
     }
     return out;
+  }
+
+  #admitCritical(recipient: string, sender: string | undefined, total: number): boolean {
+    const { criticalCapacity, agents } = this.#cfg;
+    let verdict = admitCritical(sender, { total }, criticalCapacity, agents);
+    if (verdict === 'needs-counts') {
+      const holdings = this.#s.holdings.all(recipient);
+      const of = (s: string) => holdings.find((h) => h.sender === s)?.critical ?? 0;
+      const counts = { total, sender: of(sender!), adapter: of(ADAPTER_SENDER) };
+      verdict = admitCritical(sender, counts, criticalCapacity, agents);
+    }
+    return verdict === 'admit';
   }
 
   /** Leases these deliveries until now + leaseMs; returns each one's attempt number. */

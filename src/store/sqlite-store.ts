@@ -348,7 +348,16 @@ export class SqliteStore implements Store {
     const row = Number(lastInsertRowid);
     const quiet = d.sender === ADAPTER_SENDER;
     for (const r of d.recipients) {
-      this.#deliveries.enqueue(row, a.message_id, r, d.channel, priority, d.receivedAt, quiet);
+      this.#deliveries.enqueue(
+        row,
+        a.message_id,
+        r,
+        d.channel,
+        priority,
+        d.receivedAt,
+        d.sender,
+        quiet,
+      );
     }
     return { status: 201, assignment: a };
   }
@@ -457,6 +466,7 @@ export class SqliteStore implements Store {
       dl.channel,
       dl.priority,
       now,
+      undefined,
     );
     this.#s.markReplayed.run(delivery, id);
     this.#holdsMessage = true;

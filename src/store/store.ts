@@ -60,12 +60,20 @@ export interface DeliveryConfig {
   /** Pending plus leased deliveries one agent may hold. Default 500. */
   readonly capacity: number;
   /**
-   * Critical deliveries (pending plus leased) one agent may hold; past it a new critical copy is
-   * dead-lettered at once (queue_full) with its alert. Critical copies are never evicted, so
-   * without this bound any agent could grow another's queue without end by marking a flood
-   * critical. Default 5,000: ten full normal queues of escalations.
+   * Critical deliveries (pending plus leased) of agents one agent may hold; past it, or past
+   * its sender's share of it, a new critical copy is dead-lettered at once (queue_full) with
+   * its alert. Critical copies are never evicted, so without this bound any agent could grow
+   * another's queue without end by marking a flood critical. The adapter's alerts have a
+   * reserve of their own on top (queue-shares.ts alertReserve). Default 5,000: ten full normal
+   * queues of escalations.
    */
   readonly criticalCapacity: number;
+  /**
+   * Agents of the topology: each may hold at most criticalCapacity / agents (at least 1) of one
+   * recipient's critical deliveries (queue-shares.ts criticalShare). Default 1: one sender may
+   * hold them all.
+   */
+  readonly agents?: number;
   /** How long a handed-out delivery waits for its ack, ms. Default 30,000. */
   readonly leaseMs: number;
   /** Redeliveries after the first, then dead-letter. Default 3. */
@@ -80,9 +88,13 @@ export interface DeliveryConfig {
   readonly random?: () => number;
 }
 
-export const DEFAULT_DELIVERY: Omit<DeliveryConfig, 'alertsTo'> = {
+export const DEFAULT_DELIVERY: Omit<
+  Required<DeliveryConfig>,
+  'alertsTo' | 'alertWindowMs' | 'random'
+> = {
   capacity: 500,
   criticalCapacity: 5000,
+  agents: 1,
   leaseMs: 30_000,
   maxRetries: 3,
   retryBaseMs: 1000,
@@ -120,7 +132,7 @@ export type DeadLetterReason =
  * `recipient` (a sender) refused by a storage bound; `write_failures`, commits that kept failing
  * on the storage itself (`recipient` "adapter"), written once writes work again;
  * `hop_budget_exceeded` and `thread_budget_exceeded`, replies refused by a thread's budget
- * (`recipient` naming the thread: alert/budget).
+ * (`recipient` naming the sender refused: alert/budget, aggregated per sender).
  */
 export type AlertReason =
   | DeadLetterReason
@@ -160,7 +172,8 @@ export interface StorageLimits {
   readonly maxBytes: number;
   /**
    * The part of maxBytes one sender's messages may use, 0 to 1 (AGW_SENDER_SHARE_PERCENT / 100).
-   * Default 0.5: one agent in a loop cannot fill the store alone.
+   * Default 0.5: one agent in a loop cannot fill the store alone. The adapter's default (`auto`)
+   * scales with its topology: senderShareFor(agents).
    */
   readonly senderShare: number;
   /**
@@ -175,6 +188,17 @@ export const DEFAULT_STORAGE: StorageLimits = {
   senderShare: 0.5,
   reserveBytes: 256 * 1024 ** 2,
 };
+
+/**
+ * The default share of the store one sender may use, for a topology of `agents` (issue 29):
+ * twice an equal part, at most a half and at least 1%. Twice, because agents do not send alike
+ * (a pm or an orchestrator writes more than a researcher), and an equal part would refuse the
+ * busy ones while the store is mostly empty; so it takes about half the agents, not two, to fill
+ * the store. 2 agents: 50%; the seed's 6: 33%; 20: 10%; 200 or more: 1% (41 MiB of 4 GiB).
+ */
+export function senderShareFor(agents: number): number {
+  return Math.min(0.5, Math.max(2 / Math.max(1, agents), 0.01));
+}
 
 /** What the store uses now, as its bounds see it. */
 export interface StorageUse {
@@ -206,9 +230,10 @@ export interface AlertPayload {
 }
 
 /**
- * The payload of alert/budget (CONTRACT.md): replies refused in `thread_id` since the last
- * alert about it. The refused messages were never stored, so have no id: `message_ids` lists
- * the messages they replied to (up to 20), and `sender` is the agent refused last.
+ * The payload of alert/budget (CONTRACT.md): replies of `sender` refused since the last alert
+ * about it, `thread_id` the thread of the latest (aggregated per sender, issue 29). The refused
+ * messages were never stored, so have no id: `message_ids` lists the messages they replied to
+ * (up to 20), in every thread counted.
  */
 export interface BudgetAlertPayload {
   readonly reason: BudgetReason;

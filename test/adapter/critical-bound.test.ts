@@ -15,9 +15,9 @@ afterEach(async () => {
   t = undefined;
 });
 
-const send = async (to: string, kind: string, payload: object = {}) => {
+const send = async (to: string, kind: string, payload: object = {}, agent = 'pm') => {
   const r = await call(t!.url, 'POST', '/v1/messages', {
-    agent: 'pm',
+    agent,
     body: { idempotency_key: randomUUID(), to, kind, payload },
   });
   expect(r.status).toBe(201); // the message is stored: only a recipient's copy is refused
@@ -26,13 +26,17 @@ const send = async (to: string, kind: string, payload: object = {}) => {
 
 it('dead-letters a critical copy past AGW_CRITICAL_CAPACITY as queue_full with an alert, while normal copies still go in', async () => {
   t = await startTestAdapter({ criticalCapacity: '2', queueCapacity: '10' });
-  const held = [await send('@qa', 'escalation'), await send('@qa', 'escalation')];
-  const over = await send('@qa', 'escalation', { n: 3 });
+  // two senders, each within its share (2 ÷ 6 agents: 1), fill the capacity; a third is over it
+  const held = [
+    await send('@qa', 'escalation'),
+    await send('@qa', 'escalation', {}, 'engineering'),
+  ];
+  const over = await send('@qa', 'escalation', { n: 3 }, 'research');
   await send('@qa', 'status');
 
   const hb = await call(t.url, 'POST', '/v1/heartbeat', { agent: 'qa' });
   expect(hb.body).toEqual({ pending: 3, critical_pending: 2 });
-  const status = await call(t.url, 'GET', `/v1/messages/${over}`, { agent: 'pm' });
+  const status = await call(t.url, 'GET', `/v1/messages/${over}`, { agent: 'research' });
   expect(status.body.recipients).toEqual([
     expect.objectContaining({ agent: 'qa', state: 'dead_letter', reason: 'queue_full' }),
   ]);

@@ -7,8 +7,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
+import {
+  ADAPTER_SETTINGS,
+  AdapterSettingsSchema,
+  storeOptions,
+} from '../../src/adapter/settings.js';
+import { compileTopology } from '../../src/adapter/topology.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { call, type Json, pollAs } from '../helpers/http.js';
+import { sha256Hex, topologyObject } from '../helpers/topology.js';
 
 const DAY_MS = 24 * 3600 * 1000;
 /** 100 KiB of payload: a 1 MiB store takes a handful. */
@@ -115,6 +122,77 @@ describe('storage bounds', () => {
     expect(other.status).toBe(201);
     expect((await call(t.url, 'GET', '/health')).status).toBe(200);
     expect(await replayQa()).toEqual([...acked, other.body.message_id]);
+  });
+
+  it("by default gives each sender twice an equal part of the store (a third of it for the seed's 6 agents): two agents no longer fill it (issue 29, review H3)", {
+    timeout: 30_000,
+  }, async () => {
+    t = await startTestAdapter({ maxStoreBytes: String(3 * 1024 * 1024), minFreeBytes: '0' });
+    for (const agent of ['pm', 'engineering']) {
+      const { acked, refused } = await fill(agent);
+      expect(acked.length).toBeGreaterThanOrEqual(2);
+      expect(refused.body.error).toBe('storage_full');
+      expect(refused.body.message).toContain(`${agent}'s stored messages`);
+      expect(refused.body.message).toContain('share of 1.0 MiB');
+    }
+    // a third agent still has room
+    expect((await send('research')).status).toBe(201);
+  });
+
+  it('scales the default share with the number of agents: 50% for 2, 33% for 6, 10% for 20, at least 1%; a number set wins', () => {
+    const defaults = Object.fromEntries(
+      Object.entries(ADAPTER_SETTINGS).flatMap(([key, spec]) =>
+        'default' in spec ? [[key, spec.default]] : [],
+      ),
+    );
+    const shareOf = (agents: number, percent?: string) => {
+      const base = topologyObject();
+      const topology = compileTopology({
+        ...base,
+        agents: Array.from({ length: agents }, (_, i) => ({
+          id: i === 0 ? 'orchestrator' : `a${i}`,
+          token_sha256: sha256Hex(`t${i}`),
+        })),
+        channels: [],
+      });
+      const settings = AdapterSettingsSchema.parse({
+        ...defaults,
+        topology: 'x.json',
+        ...(percent === undefined ? {} : { senderSharePercent: percent }),
+      });
+      return storeOptions(settings, topology).storage.senderShare;
+    };
+    expect(ADAPTER_SETTINGS.senderSharePercent.default).toBe('auto');
+    expect(shareOf(2)).toBe(0.5);
+    expect(shareOf(6)).toBeCloseTo(1 / 3);
+    expect(shareOf(20)).toBeCloseTo(0.1);
+    expect(shareOf(500)).toBe(0.01);
+    expect(shareOf(6, '50')).toBe(0.5);
+  });
+
+  it('prunes the kept kinds too once they are older than AGW_RETENTION_KEEP_DAYS, and never before it', {
+    timeout: 30_000,
+  }, async () => {
+    let clock = Date.UTC(2031, 0, 1);
+    t = await startTestAdapter({ retentionKeepDays: '60' }, { now: () => clock });
+    const task = await call(t.url, 'POST', '/v1/messages', {
+      agent: 'pm',
+      body: {
+        idempotency_key: randomUUID(),
+        to: '@qa',
+        kind: 'task/request',
+        payload: { task_id: 'T-1', description: 'kept' },
+      },
+    });
+    expect(task.status).toBe(201);
+    expect((await send('pm', { text: 'status' })).status).toBe(201);
+    expect(await drainQa()).toHaveLength(2);
+    clock += 31 * DAY_MS;
+    expect(await t.adapter.retention.run()).toBe(1); // the status; the task/request is kept
+    expect(await replayQa()).toEqual([task.body.message_id]);
+    clock += 30 * DAY_MS;
+    expect(await t.adapter.retention.run()).toBe(1); // 61 days: past AGW_RETENTION_KEEP_DAYS
+    expect(await replayQa()).toEqual([]);
   });
 
   it("refuses new messages when the volume's free space is below the reserve", async () => {

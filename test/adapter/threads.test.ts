@@ -1,7 +1,7 @@
 /**
  * Threads and budgets through the adapter's HTTP API (CONTRACT.md, "Threads and budgets"): the
  * thread and hop every reply gets, the budgets that refuse with 422 and store nothing (also
- * against 20 concurrent replies), the continuation by alerts_to, alert/budget once per thread
+ * against 20 concurrent replies), the continuation by alerts_to, alert/budget once per sender
  * and window, the thread view for alerts_to only, and reply_to to what the sender could not see.
  */
 import { randomUUID } from 'node:crypto';
@@ -215,7 +215,7 @@ describe('budgets', () => {
     expect(storedIn(root.message_id)).toBe(6);
   });
 
-  it('tells alerts_to with one alert/budget per thread and window, however many refusals', async () => {
+  it('tells alerts_to with one alert/budget per sender and window, however many refusals in however many threads', async () => {
     await start({ threadBudget: '2' });
     const threads = [];
     for (const to of ['@qa', '@engineering']) {
@@ -227,7 +227,10 @@ describe('budgets', () => {
     for (let i = 0; i < 4; i++) {
       expect((await post('pm', '@qa', { reply_to: a.message_id })).status).toBe(422);
     }
+    // pm refused in another thread: counted towards pm's alert, not one of its own
     expect((await post('pm', '@engineering', { reply_to: b.message_id })).status).toBe(422);
+    // another sender refused: its own alert, at once
+    expect((await post('qa', '@pm', { reply_to: a.message_id })).status).toBe(422);
     const alerts = (await pollAs(t!.url, 'orchestrator', { max: 100 })).map((d) => d.message);
     expect(alerts.map((m) => [m.kind, m.sender, m.priority])).toEqual([
       ['alert/budget', 'adapter', 'critical'],
@@ -243,10 +246,10 @@ describe('budgets', () => {
       },
       {
         reason: 'thread_budget_exceeded',
-        thread_id: b.message_id,
-        sender: 'pm',
+        thread_id: a.message_id,
+        sender: 'qa',
         count: 1,
-        message_ids: [b.message_id],
+        message_ids: [a.message_id],
       },
     ]);
   });

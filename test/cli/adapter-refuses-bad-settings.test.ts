@@ -43,6 +43,12 @@ describe('bad settings', () => {
     [{ AGW_CRITICAL_CAPACITY: '0' }, [], ['AGW_CRITICAL_CAPACITY', 'integer from 1']],
     [{ AGW_HOP_BUDGET: '0' }, [], ['AGW_HOP_BUDGET', 'integer from 1']],
     [{}, ['--thread-budget', 'many'], ['AGW_THREAD_BUDGET (--thread-budget)', 'integer']],
+    [{ AGW_SENDER_SHARE_PERCENT: 'half' }, [], ['AGW_SENDER_SHARE_PERCENT', 'auto or an integer']],
+    [
+      { AGW_RETENTION_KEEP_DAYS: '10' },
+      [],
+      ['AGW_RETENTION_KEEP_DAYS', 'at least AGW_RETENTION_DAYS (30)'],
+    ],
   ] as const)('%o %o is refused', async (env, args, parts) => {
     expectOneLine(
       await runCli(['adapter', '--topology', topology, '--db', db, ...args], env),

@@ -75,7 +75,7 @@ export async function startTestAdapter(
     ...overrides,
   });
   const compiled = compileTopology(topology);
-  const store = await openStore(settings.db, storeOptions(settings, compiled.alertsTo));
+  const store = await openStore(settings.db, storeOptions(settings, compiled));
   const adapter = await startAdapter({
     settings,
     topology: compiled,

@@ -137,9 +137,9 @@ const outcomesOf = (s: Settled | undefined): AppendOutcome[] => {
   return s.ok as AppendOutcome[];
 };
 
-/** What an alert is about: the recipient of a delivery alert, the thread of a budget alert. */
+/** What an alert is about: the recipient of a delivery alert, the sender of a budget alert. */
 const subjectOf = (a: SentAlert): string =>
-  a.kind === 'alert/budget' ? a.payload.thread_id : a.payload.recipient;
+  a.kind === 'alert/budget' ? a.payload.sender : a.payload.recipient;
 
 const byRecipient = (alerts: readonly SentAlert[]): SentAlert[] =>
   [...alerts].sort((a, b) => subjectOf(a).localeCompare(subjectOf(b)));
@@ -607,45 +607,65 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       expect(await h.messages('product')).toHaveLength(3);
     });
 
-    it('raises alert/budget to alerts_to for the first refusal at once, then once per thread and window with the count since', async () => {
-      const h = await open({ alertWindowMs: 30_000 }, [], {}, { hops: 1, messages: 100 });
-      const start = async (at: number) => {
-        const [root] = await h.send(draft({ channel: '@qa', sender: 'pm', at }));
+    it('raises alert/budget to alerts_to for the first refusal at once, then once per sender and window with the count since, across threads (review N-4)', async () => {
+      const h = await open(
+        { alertWindowMs: 30_000 },
+        ['@engineering'],
+        {},
+        { hops: 1, messages: 100 },
+      );
+      const start = async (sender: string, at: number) => {
+        const [root] = await h.send(draft({ channel: '@qa', sender, at }));
         const [reply] = await h.send(
-          draft({ channel: '@pm', sender: 'qa', replyToId: root!.message_id, at }),
+          draft({ channel: `@${sender}`, sender: 'qa', replyToId: root!.message_id, at }),
         );
         return { thread: root!.message_id, reply: reply! };
       };
-      const a = await start(T0);
-      const b = await start(T0);
-      const refuse = async (t: { reply: Assignment }, at: number) => {
-        const spec = { channel: '@qa', sender: 'pm', replyToId: t.reply.message_id, at };
+      // pm opens 3 threads, engineering 1
+      const [a, b, c] = [await start('pm', T0), await start('pm', T0), await start('pm', T0)];
+      const e = await start('engineering', T0);
+      const refuse = async (sender: string, t: { reply: Assignment }, at: number) => {
+        const spec = { channel: '@qa', sender, replyToId: t.reply.message_id, at };
         const { results, effects } = await h.run([{ op: 'append', drafts: [draft(spec)] }]);
         expect(codeOf(outcomesOf(results[0])[0])).toBe('hop_budget_exceeded');
         return effects.alerts;
       };
-      const alert = (t: { thread: string; reply: Assignment }, count: number): SentAlert => ({
+      const alert = (
+        sender: string,
+        thread: string,
+        count: number,
+        replied: readonly { reply: Assignment }[],
+      ): SentAlert => ({
         kind: 'alert/budget',
         payload: {
           reason: 'hop_budget_exceeded',
-          thread_id: t.thread,
-          sender: 'pm',
+          thread_id: thread,
+          sender,
           count,
-          message_ids: [t.reply.message_id],
+          message_ids: replied.map((t) => t.reply.message_id),
         },
       });
-      expect(await refuse(a, T0 + 1)).toEqual([alert(a, 1)]);
-      for (let i = 0; i < 5; i++) expect(await refuse(a, T0 + 2 + i)).toEqual([]);
-      // another thread's first refusal goes out at once: aggregated per thread
-      expect(await refuse(b, T0 + 10)).toEqual([alert(b, 1)]);
+      expect(await refuse('pm', a, T0 + 1)).toEqual([alert('pm', a.thread, 1, [a])]);
+      // more of pm's refusals, in the same thread and in new ones, wait for the window
+      for (let i = 0; i < 3; i++) expect(await refuse('pm', a, T0 + 2 + i)).toEqual([]);
+      expect(await refuse('pm', b, T0 + 5)).toEqual([]);
+      expect(await refuse('pm', c, T0 + 6)).toEqual([]);
+      // another sender's first refusal goes out at once: aggregated per sender
+      expect(await refuse('engineering', e, T0 + 10)).toEqual([
+        alert('engineering', e.thread, 1, [e]),
+      ]);
       expect((await h.sweep(T0 + 30_000)).effects.alerts).toEqual([]);
-      expect((await h.sweep(T0 + 30_001)).effects.alerts).toEqual([alert(a, 5)]);
+      // one alert for pm's five: the latest thread, every message replied to
+      const window = alert('pm', c.thread, 5, [a, b, c]);
+      expect((await h.sweep(T0 + 30_001)).effects.alerts).toEqual([window]);
       const written = await h.alerts();
       expect(written.map((m) => [m.kind, m.sender, m.priority])).toEqual(
         Array(3).fill(['alert/budget', 'adapter', 'critical']),
       );
       expect(written.map((m) => m.payload)).toEqual(
-        [alert(a, 1), alert(b, 1), alert(a, 5)].map((x) => x.payload),
+        [alert('pm', a.thread, 1, [a]), alert('engineering', e.thread, 1, [e]), window].map(
+          (x) => x.payload,
+        ),
       );
       expect((await h.sweep(T0 + 90_000)).effects.alerts).toEqual([]);
     });
@@ -863,6 +883,70 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       await h.send(draft({ channel: '@qa', priority: 'critical', at: T0 + 13 }));
       expect(await h.depth('qa')).toEqual({ all: 3, critical: 2 });
       expect(await h.deadLetters()).toHaveLength(1);
+    });
+
+    it("evicts the flooding sender's own oldest copies: a sender within its share of the queue loses none (issue 29)", async () => {
+      const h = await open({ capacity: 4 }, ['product']);
+      const [pm1] = await h.send(draft({ channel: '@qa', sender: 'pm', kind: 'task/request' }));
+      // engineering floods qa through product, in one group: 10 copies into a queue of 4
+      const flood = await h.send(
+        ...Array.from({ length: 10 }, (_, i) =>
+          draft({ channel: 'product', sender: 'engineering', to: ['qa'], at: T0 + 1 + i }),
+        ),
+      );
+      // a new copy of a sender within its share evicts the largest holder's oldest, not its own
+      const [pm2] = await h.send(draft({ channel: '@qa', sender: 'pm', at: T0 + 20 }));
+      expect(await h.depth('qa')).toEqual({ all: 4, critical: 0 });
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.message.sender])).toEqual(
+        Array(8).fill(['evicted', 'engineering']),
+      );
+      expect(dead.map((d) => d.message.message_id)).toEqual(
+        flood.slice(0, 8).map((a) => a.message_id),
+      );
+      const got = await h.lease('qa', 10, T0 + 21);
+      expect(idsOf(got).sort()).toEqual(
+        [pm1!, pm2!, ...flood.slice(8)].map((a) => a.message_id).sort(),
+      );
+    });
+
+    it("gives each agent an equal share of a critical capacity: past it, its own new critical copy is refused, never another sender's", async () => {
+      // 4 agents, capacity 8: 2 each
+      const h = await open({ capacity: 100, criticalCapacity: 8, agents: 4 }, ['product']);
+      const crit = (sender: string, at: number) =>
+        draft({ channel: 'product', sender, to: ['qa'], priority: 'critical', at });
+      const flood = await h.send(...[0, 1, 2, 3, 4].map((i) => crit('pm', T0 + i)));
+      const [mine] = await h.send(crit('engineering', T0 + 10));
+      expect(await h.depth('qa')).toEqual({ all: 3, critical: 3 });
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.recipient, d.message.message_id])).toEqual(
+        flood.slice(2).map((a) => ['queue_full', 'qa', a.message_id]),
+      );
+      const got = await h.lease('qa', 10, T0 + 11);
+      expect(idsOf(got)).toEqual([...flood.slice(0, 2), mine!].map((a) => a.message_id));
+    });
+
+    it("keeps room for the adapter's alerts above a critical capacity agents filled", async () => {
+      const h = await open({ criticalCapacity: 3 });
+      const crit = (at: number) =>
+        draft({ channel: ALERTS_CHANNEL, sender: 'pm', priority: 'critical', at });
+      const held = await h.send(crit(T0), crit(T0 + 1), crit(T0 + 2));
+      // the fourth is refused, and the alert about it still reaches alerts_to
+      const [over] = await h.send(crit(T0 + 3));
+      const dead = await h.deadLetters();
+      expect(dead.map((d) => [d.reason, d.recipient, d.message.message_id])).toEqual([
+        ['queue_full', ALERTS_TO, over!.message_id],
+      ]);
+      expect(await h.depth(ALERTS_TO)).toEqual({ all: 4, critical: 4 });
+      const got = await h.lease(ALERTS_TO, 10, T0 + 4);
+      expect(got.map((d) => [d.message.sender, d.message.kind])).toEqual([
+        ...held.map(() => ['pm', 'status']),
+        ['adapter', 'alert/dead-letter'],
+      ]);
+      expect(got[3]!.message.payload).toMatchObject({
+        reason: 'queue_full',
+        message_ids: [over!.message_id],
+      });
     });
 
     it('keeps depth() in step through enqueue, lease, ack, dead letter and replay', async () => {
