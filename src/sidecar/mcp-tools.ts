@@ -51,7 +51,11 @@ import type { Answer } from '../protocol/router.js';
  */
 export interface McpOperations {
   send(envelope: Record<string, unknown>): Promise<Answer>;
-  inbox(waitS: number, max: number): Promise<Answer>;
+  /**
+   * `ack`: acked first, as POST /v1/inbox carries them; `signal`: the poll is given up (the
+   * caller's request closed, or the MCP client cancelled the tool call), upstream too.
+   */
+  inbox(waitS: number, max: number, ack?: readonly number[], signal?: AbortSignal): Promise<Answer>;
   ack(ids: readonly number[]): Promise<Answer>;
   nack(n: Nack): Promise<Answer>;
   extendLeases(body: LeaseExtension): Promise<Answer>;
@@ -163,7 +167,12 @@ interface ToolSpec<S extends z.ZodType> {
   /** How a bad argument is reported: send_message's as the envelope's (`invalid_envelope`). */
   readonly check?: typeof checkRequest;
   readonly readOnly?: boolean;
-  readonly run: (ops: McpOperations, args: z.output<S>) => Answer | Promise<Answer>;
+  /** `signal`: aborts when the tool call is given up (its HTTP request closed, or cancelled). */
+  readonly run: (
+    ops: McpOperations,
+    args: z.output<S>,
+    signal: AbortSignal | undefined,
+  ) => Answer | Promise<Answer>;
 }
 
 function tool<S extends z.ZodType>(spec: ToolSpec<S>): ToolSpec<z.ZodType> {
@@ -186,7 +195,7 @@ const TOOLS = [
     description:
       'Fetch messages sent to you (your channels and direct messages), in order within each channel, critical first. Each delivery is leased to you until lease_expires_at. For each one: handle it, then call ack with its delivery_id. If it can never be handled (unknown kind, invalid request), call nack with retry false and a reason. If it failed for now, nack it (it comes back later). For work longer than the lease, call extend_lease. A delivery not acked in time is delivered again. To answer it, send_message with reply_to set to message.message_id. wait_seconds waits for a message when none is there.',
     schema: FetchArgs,
-    run: (ops, args) => ops.inbox(args.wait_seconds, args.max),
+    run: (ops, args, signal) => ops.inbox(args.wait_seconds, args.max, undefined, signal),
   }),
   tool({
     name: 'ack',
@@ -312,8 +321,10 @@ export function mcpServer(ops: McpOperations, opts: McpServerOptions = {}): Serv
     { capabilities: { tools: {} }, instructions: INSTRUCTIONS },
   );
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: [...TOOL_LIST] }));
-  server.setRequestHandler(CallToolRequestSchema, (request) =>
-    callTool(ops, request.params.name, request.params.arguments ?? {}, opts),
+  // extra.signal aborts when the client cancels the call, or when the transport closes (the
+  // sidecar's /mcp closes it with the HTTP response: mcp-endpoint.ts)
+  server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
+    callTool(ops, request.params.name, request.params.arguments ?? {}, opts, extra.signal),
   );
   return server;
 }
@@ -324,12 +335,13 @@ export async function callTool(
   name: string,
   args: unknown,
   opts: McpServerOptions = {},
+  signal?: AbortSignal,
 ): Promise<CallToolResult> {
   const t = BY_NAME.get(name);
   if (t === undefined) throw new McpError(ErrorCode.InvalidParams, `no tool named "${name}"`);
   try {
     const checked = (t.check ?? checkRequest)(t.schema, args);
-    return toolResult(await t.run(ops, checked));
+    return toolResult(await t.run(ops, checked, signal));
   } catch (err) {
     if (isGatewayError(err)) return errorResult(err.toJSON(), err.retryAfterS);
     opts.onError?.(err, name);
