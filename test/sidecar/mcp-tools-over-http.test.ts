@@ -11,9 +11,11 @@ import { startTestAdapter } from '../helpers/adapter.js';
 import type { Json } from '../helpers/http.js';
 import {
   connectClient,
+  expectAnnotations,
   expectContractTools,
   expectErrors,
   expectExchange,
+  expectPayloadsAreData,
   type McpSession,
   tool,
 } from '../helpers/mcp.js';
@@ -47,6 +49,8 @@ it('offers the contract tools; a task is sent, fetched, answered and acked, and 
   const pmMcp = await mcpOf(pm.url);
   const qaMcp = await mcpOf(qa.url);
   await expectContractTools(pmMcp.client);
+  await expectAnnotations(pmMcp.client);
+  await expectPayloadsAreData(pmMcp.client);
   await expectExchange(pmMcp.client, qaMcp.client);
   // the tools without arguments, and the emergency one, answer as their endpoints do
   const me = await tool(qaMcp.client, 'whoami');
