@@ -150,7 +150,7 @@ function raw(url: string, method: string, path: string, headers: Record<string, 
   });
 }
 
-it("takes /mcp only as the sidecar's other endpoints: loopback Host, no Origin, JSON posts", async () => {
+it("takes /mcp only as the sidecar's other endpoints: loopback Host, no other site, JSON posts", async () => {
   const adapter = await startTestAdapter();
   stops.push(adapter.stop);
   const pm = await startTestSidecar('pm', adapter.url);
@@ -170,8 +170,11 @@ it("takes /mcp only as the sidecar's other endpoints: loopback Host, no Origin, 
   expect([rebound.status, rebound.body.error]).toEqual([403, 'bad_host']);
   const browser = await raw(pm.url, 'POST', '/mcp', { ...mcp, origin: 'http://evil.example' });
   expect([browser.status, browser.body.error]).toEqual([403, 'cross_origin']);
+  // its own origin is not a browser's cross-origin request (CONTRACT.md): taken
   const local = await raw(pm.url, 'POST', '/mcp', { ...mcp, origin: `http://localhost:${port}` });
-  expect([local.status, local.body.error]).toEqual([403, 'cross_origin']);
+  expect(local.status).toBe(200);
+  const site = await raw(pm.url, 'POST', '/mcp', { ...mcp, 'sec-fetch-site': 'cross-site' });
+  expect([site.status, site.body.error]).toEqual([403, 'cross_origin']);
   const form = await raw(pm.url, 'POST', '/mcp', { ...mcp, 'content-type': 'text/plain' });
   expect([form.status, form.body.error]).toEqual([415, 'not_json']);
   // stateless: no session stream to open or end
