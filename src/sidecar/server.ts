@@ -170,6 +170,17 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   };
   const server = createServer((req, res) => {
     table.serve(req, res, guard).catch((err: unknown) => {
+      // The client went away before its answer (it timed out, or gave up a poll): nothing to
+      // answer and nothing wrong here, so no stack. (An abandoned poll's upstream call was
+      // aborted with it: routes.ts, closeSignal.)
+      if (res.destroyed && !res.writableFinished) {
+        const e = err as { code?: unknown; message?: unknown };
+        logger.debug(
+          { method: req.method, url: req.url, reason: e?.code ?? e?.message },
+          'the client went away before its answer',
+        );
+        return;
+      }
       if (res.headersSent) return void res.destroy();
       if (isGatewayError(err)) return sendError(res, err);
       logger.error({ err, url: req.url }, 'request failed');
