@@ -3,15 +3,19 @@
  * sidecar aborts its own poll to the adapter, the adapter's parked poll ends without leasing,
  * and a message sent after it waits, pending with 0 attempts, for the agent's next poll
  * (security review 2026-12-04, M4: each abandoned poll burned an attempt, and after four the
- * message was dead-lettered unseen). Also for the MCP tool fetch_inbox, and an abandoned poll
+ * message was dead-lettered unseen). Also for the MCP tool fetch_inbox (its /mcp request closed,
+ * or its call cancelled through `agent-gateway mcp`), and an abandoned poll
  * is no failure to the sidecar's breaker. A real adapter and a real sidecar on loopback; the
  * adapter's `agw_agent_parked_polls` says when its poll is parked and when it has ended, and a
  * proxy between sidecar and adapter how it ended (closed by the sidecar, or answered).
  */
 import { type ClientRequest, request } from 'node:http';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { afterEach, expect, it } from 'vitest';
 import { startTestAdapter } from '../helpers/adapter.js';
+import { CLI } from '../helpers/cli.js';
 import { call, type Json, recordingProxy, sendAs } from '../helpers/http.js';
+import { connectClient } from '../helpers/mcp.js';
 import { startTestSidecar } from '../helpers/sidecar.js';
 
 const stops: (() => Promise<void> | void)[] = [];
@@ -67,10 +71,11 @@ function abandoned(
  * because the sidecar closed it before an answer, not because its 10 s wait ran out (which
  * would end it without the fix too, answered 200).
  */
-async function abandon(s: Stack, req: ClientRequest): Promise<void> {
+async function abandon(s: Stack, req: ClientRequest | (() => void)): Promise<void> {
   const before = s.proxy.ended.length;
   await untilParked(s.adapter.url, 1);
-  req.destroy();
+  if (typeof req === 'function') req();
+  else req.destroy();
   await untilParked(s.adapter.url, 0);
   const polls = s.proxy.ended.slice(before).filter((e) => e.startsWith('GET /v1/inbox'));
   expect(polls).toEqual([expect.stringMatching(/^GET \/v1\/inbox\?wait=10&max=\d+ -> closed$/)]);
@@ -122,5 +127,34 @@ it('abandoned polls are no failures to the breaker: it stays closed', async () =
   const status = await call(s.qa.url, 'GET', '/v1/status');
   expect(status.body.breaker.state).toBe('closed');
   expect(status.body.last_error).toBeNull();
+  await expectStillPending(s.adapter.url, s.qa.url);
+}, 30_000);
+
+it('a fetch_inbox cancelled through agent-gateway mcp (stdio) is given up at the adapter too', async () => {
+  const s = await stack();
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [CLI, 'mcp'],
+    env: { PATH: process.env.PATH ?? '', AGW_SIDECAR_URL: s.qa.url },
+    stderr: 'pipe',
+  });
+  const { client } = await connectClient(transport);
+  const pid = transport.pid!;
+  stops.push(async () => {
+    await client.close();
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {} // gone with the client's close
+  });
+  // the client gives the call up: the SDK sends notifications/cancelled for it
+  const cancel = new AbortController();
+  const fetching = client.callTool(
+    { name: 'fetch_inbox', arguments: { wait_seconds: 10 } },
+    undefined,
+    { signal: cancel.signal },
+  );
+  fetching.catch(() => {});
+  await abandon(s, () => cancel.abort());
+  await expect(fetching).rejects.toThrow();
   await expectStillPending(s.adapter.url, s.qa.url);
 }, 30_000);
