@@ -140,7 +140,6 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
     this.#late = [];
     if (group.length === 0) return;
     this.#early = [];
-    this.#late = [];
     const messages = this.#pending;
     this.#pending = 0;
     const running = this.#commit(group, messages);
