@@ -3,6 +3,9 @@
 // Ctrl-C (or SIGTERM) stops them all. The development tokens are `dev-token-<agent>`, as the
 // comment in examples/topology.yaml says; the adapter accepts them only with
 // AGW_ALLOW_DEV_TOKENS=1, set here.
+// STACK_ADAPTER_PORT (8080) and STACK_SIDECAR_PORT (7071, the first sidecar's) move it; 0 puts
+// each on a free port (the table says which). STACK_DATA moves ./data (test/cli's run of the
+// README's quick start uses all three).
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -14,7 +17,8 @@ const cli = `${root}dist/cli/main.js`;
 const topologyPath = `${root}examples/topology.yaml`;
 const adapterPort = Number(process.env.STACK_ADAPTER_PORT ?? 8080);
 const firstSidecarPort = Number(process.env.STACK_SIDECAR_PORT ?? 7071);
-mkdirSync(`${root}data`, { recursive: true });
+const data = process.env.STACK_DATA ?? `${root}data`;
+mkdirSync(data, { recursive: true });
 const agents = parse(readFileSync(topologyPath, 'utf8')).agents.map((a) => a.id);
 
 const children = [];
@@ -47,7 +51,7 @@ try {
       '--topology',
       topologyPath,
       '--db',
-      `${root}data/adapter.db`,
+      `${data}/adapter.db`,
       '--listen',
       `127.0.0.1:${adapterPort}`,
     ],
@@ -60,12 +64,12 @@ try {
   for (const [i, id] of agents.entries()) {
     const url = await start(
       id,
-      ['sidecar', '--listen', `127.0.0.1:${firstSidecarPort + i}`],
+      ['sidecar', '--listen', `127.0.0.1:${firstSidecarPort === 0 ? 0 : firstSidecarPort + i}`],
       {
         AGW_ADAPTER_URL: adapterUrl,
         AGW_AGENT_ID: id,
         AGW_AGENT_TOKEN: `dev-token-${id}`,
-        AGW_OUTBOX: `${root}data/${id}.outbox.db`,
+        AGW_OUTBOX: `${data}/${id}.outbox.db`,
       },
       (e) => e.msg?.includes('listening on'),
     );
@@ -73,8 +77,10 @@ try {
   }
   console.log('\nagent-gateway local stack (Ctrl-C stops it)\n');
   for (const [who, where] of rows) console.log(`  ${who.padEnd(22)} ${where}`);
+  // --json (curl 7.82+) says Content-Type: application/json, which the sidecar requires of a
+  // POST; a bare -d is a form post, refused 415 not_json
   console.log(`
-  try:  curl -s ${rows[2][1]}/v1/messages -d '{"to":"product","kind":"status","payload":{"text":"hello"}}'
+  try:  curl -s --json '{"to":"product","kind":"status","payload":{"text":"hello"}}' ${rows[2][1]}/v1/messages
         curl -s '${rows[4][1]}/v1/inbox?wait=5'
 `);
 } catch (err) {

@@ -77,7 +77,7 @@ export class DeliveryService {
       new StallWatch({
         ...opts,
         ...opts.stalls,
-        polling: (agent) => (this.#waiters.get(agent)?.size ?? 0) > 0,
+        polling: (agent) => this.parkedPolls(agent) > 0,
       });
     this.#commits.on('commit', (_stats, effects) => this.#afterCommit(effects));
     this.#commits.beforeGroup = (ops) => this.#handOff(ops);
@@ -97,6 +97,14 @@ export class DeliveryService {
   async start(): Promise<void> {
     await this.#sweep();
     this.stalls?.start();
+  }
+
+  /**
+   * Polls of `agent` parked now, waiting for a delivery. One whose connection closed is not
+   * among them: it ended (answering nothing) without leasing.
+   */
+  parkedPolls(agent: string): number {
+    return this.#waiters.get(agent)?.size ?? 0;
   }
 
   /** Stops the timer and answers every parked poll with what it has (nothing). */
@@ -126,7 +134,10 @@ export class DeliveryService {
     closed.then(() => {
       gone = true;
     });
-    const lease = () => this.#commits.run({ op: 'lease', agent, max, now: this.#now(), maxBytes });
+    // a lease still queued when the connection closes is left out of its group: the close
+    // may come in the very turn the poll arrived or was woken (GroupCommit.run)
+    const lease = () =>
+      this.#commits.run({ op: 'lease', agent, max, now: this.#now(), maxBytes }, () => gone);
     let leasing = lease();
     for (;;) {
       const got = await leasing;

@@ -19,6 +19,8 @@ interface Pending {
   readonly op: StoreOp;
   readonly resolve: (value: unknown) => void;
   readonly reject: (err: unknown) => void;
+  /** A lease's: true once nobody will read what it hands over (run(), `abandoned`). */
+  readonly abandoned?: () => boolean;
 }
 
 export interface CommitStats {
@@ -87,8 +89,12 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
    * writes); any other error rolls the whole group back and rejects every op in it with 503
    * `storage_error`. Leases run after the others of their group, so that a poll sees the
    * messages committed in the same group. An append weighs its number of messages.
+   *
+   * `abandoned` (a lease's only): asked as the group is taken; true, and the lease is left out
+   * of it and resolves with no deliveries. A poll whose client closed its connection while its
+   * lease waited for the group would otherwise lease what nobody reads, an attempt burnt each.
    */
-  run<O extends StoreOp>(op: O): Promise<OpResult<O>> {
+  run<O extends StoreOp>(op: O, abandoned?: () => boolean): Promise<OpResult<O>> {
     const weight = op.op === 'append' ? op.drafts.length : 0;
     if (weight > 0 && this.#pending + weight > this.#maxPending) {
       return Promise.reject(
@@ -99,11 +105,9 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
       );
     }
     return new Promise<OpResult<O>>((resolve, reject) => {
-      (op.op === 'lease' ? this.#late : this.#early).push({
-        op,
-        resolve: resolve as (v: unknown) => void,
-        reject,
-      });
+      const p = { op, resolve: resolve as (v: unknown) => void, reject };
+      if (op.op === 'lease') this.#late.push(abandoned === undefined ? p : { ...p, abandoned });
+      else this.#early.push(p);
       this.#pending += weight;
       if (!this.#scheduled) {
         this.#scheduled = true;
@@ -127,10 +131,15 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
         this.emit('listener:error', err, 'beforeGroup');
       }
     }
-    const group = this.#late.length === 0 ? this.#early : [...this.#early, ...this.#late];
+    const late = this.#late.filter((p) => {
+      if (p.abandoned?.() !== true) return true;
+      p.resolve([]); // OpResult<lease>: nothing handed over
+      return false;
+    });
+    const group = late.length === 0 ? this.#early : [...this.#early, ...late];
+    this.#late = [];
     if (group.length === 0) return;
     this.#early = [];
-    this.#late = [];
     const messages = this.#pending;
     this.#pending = 0;
     const running = this.#commit(group, messages);

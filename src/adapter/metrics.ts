@@ -103,6 +103,24 @@ export class AdapterMetrics {
   }
 
   /**
+   * Each agent's long polls parked at this adapter now: a sidecar keeps about one per agent
+   * waiting; none while the agent is busy or gone. (It also shows that a poll given up by its
+   * client ends here at once, without leasing: test/sidecar/abandoned-poll.test.ts.)
+   */
+  watchPolls(parked: (agent: string) => number): void {
+    const agents = this.#agents;
+    new Gauge({
+      name: 'agw_agent_parked_polls',
+      help: 'Long polls of each agent parked at this adapter now, waiting for a delivery.',
+      labelNames: ['agent'],
+      registers: [this.registry],
+      collect() {
+        for (const agent of agents) this.set({ agent }, parked(agent));
+      },
+    });
+  }
+
+  /**
    * Each agent's oldest pending age and last poll (stalls.ts), and the stalls alerted: what an
    * operator's own alert rules need (`agw_agent_oldest_pending_age_seconds > 120`).
    */

@@ -90,6 +90,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     },
   });
   if (delivery.stalls !== undefined) metrics.watchStalls(delivery.stalls);
+  metrics.watchPolls((agent) => delivery.parkedPolls(agent));
   const storage = new StorageWatch({
     commits,
     logger,

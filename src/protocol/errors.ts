@@ -49,6 +49,7 @@ export const ERRORS = {
   storage_full: { status: 503, retryable: true },
   integrity_error: { status: 500, retryable: false },
   internal: { status: 500, retryable: true },
+  client_closed: { status: 499, retryable: true },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -32,6 +32,15 @@ export class AdapterUnreachable extends Error {
   override name = 'AdapterUnreachable';
 }
 
+/**
+ * A call its caller gave up (its `signal` aborted: the agent closed a poll before the answer).
+ * Not a failure of the adapter's: it is not kept as the last error, and the breaker does not
+ * count it (circuit-breaker.ts).
+ */
+export class CallAborted extends Error {
+  override name = 'CallAborted';
+}
+
 export interface AdapterClientOptions {
   readonly url: string;
   readonly token: string;
@@ -79,17 +88,22 @@ export class AdapterClient {
     this.#timeoutMs = opts.timeoutMs ?? 10_000;
   }
 
-  /** One call; resolves with any HTTP answer, rejects with AdapterUnreachable without one. */
+  /**
+   * One call; resolves with any HTTP answer, rejects with AdapterUnreachable without one, or
+   * with CallAborted once `signal` aborts (the request is cut, its connection closed: a parked
+   * poll then ends at the adapter without leasing).
+   */
   async request(
     method: 'GET' | 'POST',
     path: string,
     body?: string | Buffer,
     timeoutMs = this.#timeoutMs,
+    signal?: AbortSignal,
   ): Promise<AdapterResponse> {
     try {
       const pool = path.startsWith('/v1/inbox') ? this.#polls : this.#pool;
       const headers = body === undefined ? this.#getHeaders : this.#postHeaders;
-      const res = await exchange(pool, method, path, headers, body, timeoutMs);
+      const res = await exchange(pool, method, path, headers, body, timeoutMs, signal);
       const ra = Number(res.retryAfter);
       const retryable = res.status >= 400 && isRetryableAnswer(res.status, errorCode(res.text));
       this.lastContact = Date.now();
@@ -101,6 +115,7 @@ export class AdapterClient {
         retryable,
       };
     } catch (err) {
+      if (err instanceof CallAborted) throw err;
       const e = new AdapterUnreachable(`${method} ${this.url}${path}: ${(err as Error).message}`, {
         cause: err,
       });
@@ -112,7 +127,7 @@ export class AdapterClient {
   /** GET /health without the token, for the readiness gate and recovery probes. */
   async health(timeoutMs = 2000): Promise<boolean> {
     try {
-      const res = await exchange(this.#pool, 'GET', '/health', {}, undefined, timeoutMs);
+      const res = await exchange(this.#pool, 'GET', '/health', {}, undefined, timeoutMs, undefined);
       this.lastContact = Date.now();
       return res.status === 200;
     } catch {
@@ -160,21 +175,29 @@ function exchange(
   headers: Record<string, string>,
   body: string | Buffer | undefined,
   timeoutMs: number,
+  signal: AbortSignal | undefined,
 ): Promise<Exchanged> {
+  if (signal?.aborted) return Promise.reject(aborted());
   return new Promise((resolve, reject) => {
     pool.dispatch(
       body === undefined ? { method, path, headers } : { method, path, headers, body },
-      new ExchangeHandler(resolve, reject, timeoutMs),
+      new ExchangeHandler(resolve, reject, timeoutMs, signal),
     );
   });
+}
+
+function aborted(): CallAborted {
+  return new CallAborted('the caller gave up the call (its request closed before the answer)');
 }
 
 class ExchangeHandler implements Dispatcher.DispatchHandler {
   readonly #resolve: (answer: Exchanged) => void;
   readonly #reject: (err: Error) => void;
   readonly #timer: NodeJS.Timeout;
+  readonly #signal: AbortSignal | undefined;
+  readonly #onAbort = () => this.#end(aborted());
   #controller: Dispatcher.DispatchController | undefined;
-  /** Why the call ended early (its deadline), once it has. */
+  /** Why the call ended early (its deadline, or its caller's abort), once it has. */
   #reason: Error | undefined;
   #done = false;
   #status = 0;
@@ -182,11 +205,19 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
   #chunks: Buffer[] = [];
   #size = 0;
 
-  constructor(resolve: (a: Exchanged) => void, reject: (err: Error) => void, timeoutMs: number) {
+  constructor(
+    resolve: (a: Exchanged) => void,
+    reject: (err: Error) => void,
+    timeoutMs: number,
+    signal: AbortSignal | undefined,
+  ) {
     this.#resolve = resolve;
     this.#reject = reject;
     this.#timer = setTimeout(() => this.#expire(), timeoutMs);
     this.#timer.unref();
+    // only polls carry one (service.ts): sends and acks keep their one timer and no listener
+    this.#signal = signal;
+    signal?.addEventListener('abort', this.#onAbort, { once: true });
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -219,6 +250,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     if (this.#done) return;
     this.#done = true;
     clearTimeout(this.#timer);
+    this.#signal?.removeEventListener('abort', this.#onAbort);
     this.#resolve({ status: this.#status, retryAfter: this.#retryAfter, text: this.#text() });
   }
 
@@ -226,14 +258,20 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     if (this.#done) return;
     this.#done = true;
     clearTimeout(this.#timer);
+    this.#signal?.removeEventListener('abort', this.#onAbort);
     this.#reject(err);
   }
 
   #expire(): void {
-    if (this.#done) return;
     // the message AbortSignal.timeout's error had, for /v1/status's last_error
     const err = new Error('The operation was aborted due to timeout');
     err.name = 'TimeoutError';
+    this.#end(err);
+  }
+
+  /** Ends the call early: its request cut (its connection closed), the caller told why. */
+  #end(err: Error): void {
+    if (this.#done) return;
     this.#reason = err;
     this.#controller?.abort(err);
     // a request still waiting for a connection is aborted when it gets one (onRequestStart)

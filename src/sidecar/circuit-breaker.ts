@@ -9,7 +9,7 @@
  * memory), so a restarted sidecar resumes an open breaker instead of hammering a down adapter.
  */
 import CircuitBreaker from 'opossum';
-import { type AdapterClient, RetryableAnswer } from './adapter-client.js';
+import { type AdapterClient, CallAborted, RetryableAnswer } from './adapter-client.js';
 import { backoff } from './backoff.js';
 
 /** What a caller needs of the adapter connection: one call. */
@@ -71,8 +71,14 @@ export class AdapterBreaker {
     // Ours, not a caller's: opossum writes its defaults into it.
     this.#options = <CircuitBreaker.Options>{
       timeout: opts.timeoutMs ?? false,
-      // a 429 says "slower", not "down": it never counts against the circuit
-      errorFilter: (err: unknown) => err instanceof RetryableAnswer && err.response.status === 429,
+      // a 429 says "slower", not "down": it never counts against the circuit; nor does a call
+      // its caller gave up (an agent's abandoned poll), which says nothing of the adapter.
+      // (opossum counts a filtered error as a success: one that was a half-open probe closes the
+      // circuit, and the next calls that fail open it again. It has no third outcome, and
+      // staying half-open would take no probe more.)
+      errorFilter: (err: unknown) =>
+        err instanceof CallAborted ||
+        (err instanceof RetryableAnswer && err.response.status === 429),
       resetTimeout: stored?.state === 'open' ? stored.resetMs : this.#baseMs,
       volumeThreshold: opts.volumeThreshold ?? 5,
       errorThresholdPercentage: opts.errorThresholdPercentage ?? 50,
@@ -138,9 +144,9 @@ export class AdapterBreaker {
    */
   guard(client: Upstream): Upstream {
     return {
-      request: (method, path, body, timeoutMs) =>
+      request: (method, path, body, timeoutMs, signal) =>
         this.fire(async () => {
-          const r = await client.request(method, path, body, timeoutMs);
+          const r = await client.request(method, path, body, timeoutMs, signal);
           if (r.retryable) throw new RetryableAnswer(r);
           return r;
         }).catch((err: unknown) => {

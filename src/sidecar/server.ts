@@ -21,7 +21,7 @@ import { InboxRepair } from './inbox-repair.js';
 import type { McpHandler } from './mcp-endpoint.js';
 import { sidecarMetrics } from './metrics.js';
 import { Outbox } from './outbox.js';
-import { checkLocalRequest } from './request-checks.js';
+import { checkLocalRequest, isLoopbackHost } from './request-checks.js';
 import { sidecarRoutes, type Who } from './routes.js';
 import { SidecarService } from './service.js';
 import type { SidecarSettings } from './settings.js';
@@ -170,6 +170,17 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   };
   const server = createServer((req, res) => {
     table.serve(req, res, guard).catch((err: unknown) => {
+      // The client went away before its answer (it timed out, or gave up a poll): nothing to
+      // answer and nothing wrong here, so no stack. (An abandoned poll's upstream call was
+      // aborted with it: routes.ts, closeSignal.)
+      if (res.destroyed && !res.writableFinished) {
+        const e = err as { code?: unknown; message?: unknown };
+        logger.debug(
+          { method: req.method, url: req.url, reason: e?.code ?? e?.message },
+          'the client went away before its answer',
+        );
+        return;
+      }
       if (res.headersSent) return void res.destroy();
       if (isGatewayError(err)) return sendError(res, err);
       logger.error({ err, url: req.url }, 'request failed');
@@ -177,6 +188,14 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     });
   });
   const url = await listen(server, settings.listen);
+  if (!isLoopbackHost(settings.listen.host)) {
+    // the request checks still hold (a loopback Host counts only on a loopback connection), but
+    // whoever reaches this address may act as the agent: the sidecar takes no token
+    logger.warn(
+      { listen: url },
+      `AGW_LISTEN ${settings.listen.host}:${settings.listen.port} is not a loopback address: anyone who can reach it can send, poll and ack as ${settings.agentId} (the sidecar takes no token); keep it on 127.0.0.1 unless the network around it is the boundary`,
+    );
+  }
   gate.start();
 
   return {

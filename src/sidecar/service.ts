@@ -16,7 +16,7 @@ import { GatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
 import { MAX_WAIT_S } from '../protocol/limits.js';
 import type { Answer } from '../protocol/router.js';
-import type { AdapterClient, AdapterResponse } from './adapter-client.js';
+import { type AdapterClient, type AdapterResponse, CallAborted } from './adapter-client.js';
 import type { AdapterBreaker, Upstream } from './circuit-breaker.js';
 import type { Forwarder } from './forwarder.js';
 import type { StartGate } from './gate.js';
@@ -81,12 +81,14 @@ export class SidecarService {
   /**
    * Up to `max` deliveries, waiting up to `wait` s; gaps filled and acked ones left out. With
    * `ack` (POST /v1/inbox), these are acked first, as POST /v1/acks would, and the answer has
-   * its fields too.
+   * its fields too. `signal`: aborts when the agent gives the poll up (its request closed), and
+   * the poll upstream with it, so the adapter leases nothing for an answer nobody would read
+   * (a lease burns an attempt: four such, and the message is dead-lettered unseen).
    */
-  inbox(wait: number, max: number, ack?: readonly number[]): Promise<Answer> {
+  inbox(wait: number, max: number, ack?: readonly number[], signal?: AbortSignal): Promise<Answer> {
     if (ack !== undefined) return this.#inboxAcking(wait, max, ack);
     return this.#o.repair.inbox(wait, max, (w, m) =>
-      this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w),
+      this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w, signal),
     );
   }
 
@@ -251,14 +253,24 @@ export class SidecarService {
 
   /**
    * One call to the adapter through the breaker, its answer passed back as it is (a retryable
-   * one too, counted against the circuit); no answer, or an open circuit, is a 503.
+   * one too, counted against the circuit); no answer, or an open circuit, is a 503; a call
+   * given up by `signal` is `client_closed` (answered to nobody).
    */
-  async #call(method: 'GET' | 'POST', path: string, body?: string, waitS = 0): Promise<Answer> {
+  async #call(
+    method: 'GET' | 'POST',
+    path: string,
+    body?: string,
+    waitS = 0,
+    signal?: AbortSignal,
+  ): Promise<Answer> {
     const deadline = Math.min(Math.max(waitS, 0), MAX_WAIT_S) * 1000 + CALL_DEADLINE_MS;
     let res: AdapterResponse;
     try {
-      res = await this.#o.upstream.request(method, path, body, deadline);
-    } catch {
+      res = await this.#o.upstream.request(method, path, body, deadline, signal);
+    } catch (err) {
+      if (err instanceof CallAborted) {
+        throw new GatewayError('client_closed', 'the agent closed its request before the answer');
+      }
       throw new GatewayError('adapter_unreachable', 'the adapter cannot be reached; retry later', {
         retryAfterS: 2,
       });

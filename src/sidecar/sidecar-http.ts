@@ -35,8 +35,16 @@ export class SidecarHttpOperations implements McpOperations {
     return this.#call('POST', '/v1/messages', envelope);
   }
 
-  inbox(waitS: number, max: number): Promise<Answer> {
-    return this.#call('GET', `/v1/inbox?wait=${waitS}&max=${max}`, undefined, waitS);
+  inbox(
+    waitS: number,
+    max: number,
+    ack?: readonly number[],
+    signal?: AbortSignal,
+  ): Promise<Answer> {
+    const path = `/v1/inbox?wait=${waitS}&max=${max}`;
+    // a cancelled tool call closes this request, and the sidecar gives its poll up with it
+    if (ack === undefined) return this.#call('GET', path, undefined, waitS, signal);
+    return this.#call('POST', path, { delivery_ids: ack }, waitS, signal);
   }
 
   ack(ids: readonly number[]): Promise<Answer> {
@@ -77,14 +85,21 @@ export class SidecarHttpOperations implements McpOperations {
     return this.#pool.close();
   }
 
-  async #call(method: 'GET' | 'POST', path: string, body?: object, waitS = 0): Promise<Answer> {
+  async #call(
+    method: 'GET' | 'POST',
+    path: string,
+    body?: object,
+    waitS = 0,
+    signal?: AbortSignal,
+  ): Promise<Answer> {
+    const deadline = AbortSignal.timeout(waitS * 1000 + CALL_DEADLINE_MS);
     try {
       const res = await this.#pool.request({
         method,
         path: this.#prefix + path,
         headers: body === undefined ? {} : { 'content-type': 'application/json' },
         ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-        signal: AbortSignal.timeout(waitS * 1000 + CALL_DEADLINE_MS),
+        signal: signal === undefined ? deadline : AbortSignal.any([deadline, signal]),
       });
       const text = await res.body.text();
       const ra = Number(res.headers['retry-after']);
@@ -94,6 +109,9 @@ export class SidecarHttpOperations implements McpOperations {
         ...(Number.isFinite(ra) && ra > 0 ? { retryAfterS: ra } : {}),
       };
     } catch (err) {
+      if (signal?.aborted) {
+        throw new GatewayError('client_closed', 'the tool call was cancelled before the answer');
+      }
       throw new GatewayError(
         'sidecar_unreachable',
         `the sidecar at ${this.url} did not answer ${method} ${path} (${(err as Error).message}); is it running?`,

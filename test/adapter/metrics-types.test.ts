@@ -48,6 +48,7 @@ it('exports every *_total as a counter, and no counter without _total', async ()
     'agw_agent_oldest_pending_age_seconds',
     'agw_agent_last_poll_timestamp_seconds',
     'agw_agent_stalled',
+    'agw_agent_parked_polls',
   ])
     expect(types.get(name), name).toBe('gauge');
   expect(types.get('agw_commit_seconds')).toBe('histogram');

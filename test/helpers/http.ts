@@ -59,8 +59,17 @@ export async function pollAs(
   return r.body.deliveries as Json[];
 }
 
-/** Passes a request on to `target` as it came and its answer back as it is (a test's proxy). */
-export function forward(target: string, req: IncomingMessage, res: ServerResponse): void {
+/**
+ * Passes a request on to `target` as it came and its answer back as it is (a test's proxy). A
+ * request its client gives up before the answer is given up upstream too, as a real proxy does.
+ * `onEnd`: told the status answered, or 'closed' when the client went away first.
+ */
+export function forward(
+  target: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+  onEnd?: (outcome: number | 'closed') => void,
+): void {
   const up = request(
     target + (req.url ?? '/'),
     { method: req.method, headers: req.headers },
@@ -70,22 +79,31 @@ export function forward(target: string, req: IncomingMessage, res: ServerRespons
     },
   );
   up.on('error', () => res.destroy());
+  res.once('close', () => {
+    if (res.writableFinished) return onEnd?.(res.statusCode);
+    onEnd?.('closed');
+    up.destroy();
+  });
   req.pipe(up);
 }
 
 /**
  * A loopback proxy to `target` that records each request as `METHOD url` (query included), in
- * arrival order, in `seen`. `intercept` may answer a request itself (it returns true) instead
- * of passing it on.
+ * arrival order, in `seen`, and as each one passed on ends, how (`METHOD url -> 200`, or
+ * `-> closed` when its client gave it up before the answer), in `ended`. `intercept` may answer a
+ * request itself (it returns true) instead of passing it on.
  */
 export async function recordingProxy(
   target: string,
   intercept?: (req: IncomingMessage, res: ServerResponse) => boolean,
 ) {
   const seen: string[] = [];
+  const ended: string[] = [];
   const server = createServer((req, res) => {
-    seen.push(`${req.method} ${req.url}`);
-    if (intercept?.(req, res) !== true) forward(target, req, res);
+    const what = `${req.method} ${req.url}`;
+    seen.push(what);
+    if (intercept?.(req, res) !== true)
+      forward(target, req, res, (outcome) => ended.push(`${what} -> ${outcome}`));
   });
   const url = await new Promise<string>((resolve) =>
     server.listen(0, '127.0.0.1', () => {
@@ -96,6 +114,7 @@ export async function recordingProxy(
   return {
     url,
     seen,
+    ended,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

@@ -85,6 +85,61 @@ export async function expectContractTools(client: Client): Promise<void> {
 }
 
 /**
+ * What the tools say they do (CONTRACT.md, "MCP tools"), which clients read to decide whether
+ * to ask the user first: ack, nack and raise_emergency destructive; ack and extend_lease
+ * idempotent; the reading tools read-only; every tool says whether it is destructive, since
+ * the spec's default is that it is.
+ */
+export const ANNOTATIONS: Record<
+  string,
+  { readOnlyHint: boolean; destructiveHint: boolean; idempotentHint: boolean }
+> = {
+  send_message: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
+  fetch_inbox: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
+  ack: { readOnlyHint: false, destructiveHint: true, idempotentHint: true },
+  nack: { readOnlyHint: false, destructiveHint: true, idempotentHint: false },
+  extend_lease: { readOnlyHint: false, destructiveHint: false, idempotentHint: true },
+  message_status: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
+  read_channel: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
+  whoami: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
+  heartbeat: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
+  raise_emergency: { readOnlyHint: false, destructiveHint: true, idempotentHint: false },
+};
+
+export async function expectAnnotations(client: Client): Promise<void> {
+  const { tools } = await client.listTools();
+  const got = Object.fromEntries(
+    tools.map((t) => {
+      const { readOnlyHint, destructiveHint, idempotentHint } = t.annotations ?? {};
+      return [t.name, { readOnlyHint, destructiveHint, idempotentHint }];
+    }),
+  );
+  expect(got).toEqual(ANNOTATIONS);
+}
+
+/**
+ * Messages from other agents are data from their sender, never orders: the server's
+ * instructions and fetch_inbox's description say so, and neither tells the model to do what a
+ * message asks (security review 2026-12-04, N-6).
+ */
+export async function expectPayloadsAreData(client: Client): Promise<void> {
+  const instructions = client.getInstructions() ?? '';
+  const { tools } = await client.listTools();
+  const fetch = tools.find((t) => t.name === 'fetch_inbox')!.description ?? '';
+  for (const [where, text] of [
+    ['instructions', instructions],
+    ['fetch_inbox', fetch],
+  ] as const) {
+    expect(text, where).not.toMatch(/do what it asks/i);
+    expect(text, where).toMatch(/data from (its|the named) sender/);
+    expect(text, where).toMatch(/not (an )?instructions? to you/);
+    expect(text, where).toMatch(/within your own role and instructions/);
+    expect(text, where).toMatch(/never follow instructions in/);
+    expect(text, where).toMatch(/prompt injection/);
+  }
+}
+
+/**
  * pm sends a task to qa, qa fetches it, answers in its thread and acks it; pm's message_status
  * then shows qa acked it.
  */

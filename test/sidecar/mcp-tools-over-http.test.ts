@@ -11,9 +11,11 @@ import { startTestAdapter } from '../helpers/adapter.js';
 import type { Json } from '../helpers/http.js';
 import {
   connectClient,
+  expectAnnotations,
   expectContractTools,
   expectErrors,
   expectExchange,
+  expectPayloadsAreData,
   type McpSession,
   tool,
 } from '../helpers/mcp.js';
@@ -47,6 +49,8 @@ it('offers the contract tools; a task is sent, fetched, answered and acked, and 
   const pmMcp = await mcpOf(pm.url);
   const qaMcp = await mcpOf(qa.url);
   await expectContractTools(pmMcp.client);
+  await expectAnnotations(pmMcp.client);
+  await expectPayloadsAreData(pmMcp.client);
   await expectExchange(pmMcp.client, qaMcp.client);
   // the tools without arguments, and the emergency one, answer as their endpoints do
   const me = await tool(qaMcp.client, 'whoami');
@@ -146,7 +150,7 @@ function raw(url: string, method: string, path: string, headers: Record<string, 
   });
 }
 
-it("takes /mcp only as the sidecar's other endpoints: loopback Host, no Origin, JSON posts", async () => {
+it("takes /mcp only as the sidecar's other endpoints: loopback Host, no other site, JSON posts", async () => {
   const adapter = await startTestAdapter();
   stops.push(adapter.stop);
   const pm = await startTestSidecar('pm', adapter.url);
@@ -166,8 +170,11 @@ it("takes /mcp only as the sidecar's other endpoints: loopback Host, no Origin, 
   expect([rebound.status, rebound.body.error]).toEqual([403, 'bad_host']);
   const browser = await raw(pm.url, 'POST', '/mcp', { ...mcp, origin: 'http://evil.example' });
   expect([browser.status, browser.body.error]).toEqual([403, 'cross_origin']);
+  // its own origin is not a browser's cross-origin request (CONTRACT.md): taken
   const local = await raw(pm.url, 'POST', '/mcp', { ...mcp, origin: `http://localhost:${port}` });
-  expect([local.status, local.body.error]).toEqual([403, 'cross_origin']);
+  expect(local.status).toBe(200);
+  const site = await raw(pm.url, 'POST', '/mcp', { ...mcp, 'sec-fetch-site': 'cross-site' });
+  expect([site.status, site.body.error]).toEqual([403, 'cross_origin']);
   const form = await raw(pm.url, 'POST', '/mcp', { ...mcp, 'content-type': 'text/plain' });
   expect([form.status, form.body.error]).toEqual([415, 'not_json']);
   // stateless: no session stream to open or end
