@@ -107,11 +107,12 @@ export function sidecarRoutes(
       path: '/v1/inbox',
       who: 'agent',
       body: deliveryIds,
-      handler: ({ query, body }) =>
+      handler: ({ query, body, res }) =>
         service.inbox(
           intParam(query, 'wait', 0, 0, MAX_WAIT_S),
           intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX),
           body,
+          closeSignal(res),
         ),
     }),
     route({

@@ -86,7 +86,7 @@ export class SidecarService {
    * (a lease burns an attempt: four such, and the message is dead-lettered unseen).
    */
   inbox(wait: number, max: number, ack?: readonly number[], signal?: AbortSignal): Promise<Answer> {
-    if (ack !== undefined) return this.#inboxAcking(wait, max, ack);
+    if (ack !== undefined) return this.#inboxAcking(wait, max, ack, signal);
     return this.#o.repair.inbox(wait, max, (w, m) =>
       this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w, signal),
     );
@@ -203,14 +203,20 @@ export class SidecarService {
    * that poll fails, they go on their own as POST /v1/acks. The sidecar's own ids are settled
    * here, as by ack().
    */
-  async #inboxAcking(wait: number, max: number, ids: readonly number[]): Promise<Answer> {
+  async #inboxAcking(
+    wait: number,
+    max: number,
+    ids: readonly number[],
+    signal?: AbortSignal,
+  ): Promise<Answer> {
     const { upstream, local, unknown } = this.#o.repair.acked(ids);
     let carried = upstream.length === 0;
     // repair.inbox() commits the acks with what it hands over, before it answers
     const answer = await this.#o.repair.inbox(wait, max, async (w, m) => {
       const path = `/v1/inbox?wait=${w}&max=${m}`;
-      if (carried) return this.#call('GET', path, undefined, w);
-      const polled = await this.#call('POST', path, JSON.stringify({ delivery_ids: upstream }), w);
+      if (carried) return this.#call('GET', path, undefined, w, signal);
+      const acks = JSON.stringify({ delivery_ids: upstream });
+      const polled = await this.#call('POST', path, acks, w, signal);
       carried = polled.status === 200;
       return polled;
     });

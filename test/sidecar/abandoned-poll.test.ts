@@ -77,8 +77,10 @@ async function abandon(s: Stack, req: ClientRequest | (() => void)): Promise<voi
   if (typeof req === 'function') req();
   else req.destroy();
   await untilParked(s.adapter.url, 0);
-  const polls = s.proxy.ended.slice(before).filter((e) => e.startsWith('GET /v1/inbox'));
-  expect(polls).toEqual([expect.stringMatching(/^GET \/v1\/inbox\?wait=10&max=\d+ -> closed$/)]);
+  const polls = s.proxy.ended.slice(before).filter((e) => / \/v1\/inbox/.test(e));
+  expect(polls).toEqual([
+    expect.stringMatching(/^(GET|POST) \/v1\/inbox\?wait=10&max=\d+ -> closed$/),
+  ]);
 }
 
 /** A message from pm to qa, sent after qa gave its poll up, waits for qa untouched. */
@@ -99,6 +101,16 @@ async function expectStillPending(adapterUrl: string, qaUrl: string): Promise<vo
 it('a poll the agent gives up is given up at the adapter: the next message waits with 0 attempts', async () => {
   const s = await stack();
   await abandon(s, abandoned(s.qa.url, 'GET', '/v1/inbox?wait=10'));
+  await expectStillPending(s.adapter.url, s.qa.url);
+}, 30_000);
+
+it('a poll carrying acks (POST /v1/inbox) that the agent gives up is given up at the adapter too', async () => {
+  const s = await stack();
+  await sendAs(s.adapter.url, 'pm', '@qa', 'status', { n: 0 });
+  const [d0] = (await call(s.qa.url, 'GET', '/v1/inbox?wait=5')).body.deliveries as Json[];
+  const headers = { 'content-type': 'application/json' };
+  const acks = JSON.stringify({ delivery_ids: [d0.delivery_id] });
+  await abandon(s, abandoned(s.qa.url, 'POST', '/v1/inbox?wait=10', headers, acks));
   await expectStillPending(s.adapter.url, s.qa.url);
 }, 30_000);
 
