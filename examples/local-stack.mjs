@@ -74,7 +74,7 @@ try {
   console.log('\nagent-gateway local stack (Ctrl-C stops it)\n');
   for (const [who, where] of rows) console.log(`  ${who.padEnd(22)} ${where}`);
   console.log(`
-  try:  curl -s ${rows[2][1]}/v1/messages -d '{"to":"product","kind":"status","payload":{"text":"hello"}}'
+  try:  curl -s ${rows[2][1]}/v1/messages -H 'content-type: application/json' -d '{"to":"product","kind":"status","payload":{"text":"hello"}}'
         curl -s '${rows[4][1]}/v1/inbox?wait=5'
 `);
 } catch (err) {

@@ -37,6 +37,28 @@ function tooLarge(limit: number): GatewayError {
 }
 
 /**
+ * 415 `not_json` unless the request says `Content-Type: application/json`; parameters
+ * (`; charset=utf-8`) are fine, since JSON text is UTF-8 whatever they say (parseJson checks it).
+ * The content types a browser page may send without a preflight (text/plain, form posts) are
+ * refused with the rest.
+ */
+export function assertJsonContentType(req: IncomingMessage): void {
+  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/json') {
+    throw new GatewayError(
+      'not_json',
+      `a POST must say Content-Type: application/json${type === '' ? '' : `, not ${type}`}`,
+    );
+  }
+}
+
+/** Whether a request carries a body: a Content-Length above 0, or chunks (Transfer-Encoding). */
+export function carriesBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+}
+
+/**
  * Parses a JSON body; a syntax error is a 400 that says where. JSON text is UTF-8: bytes that
  * are not would be decoded to U+FFFD, changing the sender's text without a word, so they are a
  * 400 too.
