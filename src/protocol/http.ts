@@ -89,7 +89,13 @@ export function sendError(res: ServerResponse, err: GatewayError): void {
   sendJson(res, err.status, err.toJSON());
 }
 
-/** An integer query parameter within bounds; a bad one is a 400 naming it. */
+/**
+ * An integer query parameter within bounds, written in plain decimal digits; a bad one is a 400
+ * naming it. Number() alone took `0x10` (16), `1e1` and `5 ` (review 2026-12-04, N-13): looser
+ * than "an integer", and a hex `wait` read as 16 s is not what a reader of the URL sees. At most
+ * 16 digits: every bound here is below 2^53 (9,007,199,254,740,991, 16 digits), so a longer one is
+ * out of range anyway and is never parsed inexactly.
+ */
 export function intParam(
   query: URLSearchParams,
   name: string,
@@ -99,8 +105,8 @@ export function intParam(
 ): number {
   const raw = query.get(name);
   if (raw === null) return fallback;
-  const n = Number(raw);
-  if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max) {
+  const n = /^[0-9]{1,16}$/.test(raw) ? Number(raw) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max) {
     throw new GatewayError('invalid_request', `${name}: must be an integer from ${min} to ${max}`, {
       field: name,
     });
