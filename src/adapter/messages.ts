@@ -86,19 +86,12 @@ export async function postBatch(
       continue;
     }
     try {
-      // checked first: a payload nested past the bound never reaches JSON.stringify below
-      const draft = toDraft(ctx, sender, item, receivedAt);
-      const size = Buffer.byteLength(JSON.stringify(item));
-      if (size > ctx.maxMessageBytes) {
-        throw new GatewayError(
-          'payload_too_large',
-          `message ${i} is ${size} bytes; the limit is ${ctx.maxMessageBytes}`,
-        );
-      }
+      const draft = checkedItem(ctx, sender, item, i, receivedAt);
       await takeToken(ctx, draft);
       drafts.push(draft);
       positions.push(i);
     } catch (err) {
+      // a store that cannot say whether a key is stored (takeToken) fails the batch, retryably
       if (!isGatewayError(err)) throw err;
       if (err.code === 'rate_limited') limited = { at: i, retryAfterS: err.retryAfterS ?? 1 };
       results[i] = errorResult(err);
@@ -147,6 +140,42 @@ export async function readChannel(
   const states: Record<string, string> = {};
   for (const id of rows.map(messageIdOf)) if (Object.hasOwn(window, id)) states[id] = window[id]!;
   return `{"messages":[${rows.join(',')}],"delivery_states":${JSON.stringify(states)},"next_after":${last}}`;
+}
+
+/**
+ * One item of a batch, checked and turned into a draft. Whatever it throws is that item's own
+ * answer: a refusal from the catalogue as it is, anything else (a check meeting input it did not
+ * foresee) a 400 naming the item, so that one odd envelope never fails the others with a 500.
+ */
+function checkedItem(
+  ctx: WriteContext,
+  sender: string,
+  item: unknown,
+  i: number,
+  receivedAt: number,
+): MessageDraft {
+  try {
+    // checked first: a payload nested past the bound never reaches JSON.stringify below
+    const draft = toDraft(ctx, sender, item, receivedAt);
+    const size = Buffer.byteLength(JSON.stringify(item));
+    if (size > ctx.maxMessageBytes) {
+      throw new GatewayError(
+        'payload_too_large',
+        `message ${i} is ${size} bytes; the limit is ${ctx.maxMessageBytes}`,
+      );
+    }
+    return draft;
+  } catch (err) {
+    if (isGatewayError(err)) throw err;
+    throw new GatewayError(
+      'invalid_request',
+      `messages.${i}: could not be checked, so it is refused`,
+      {
+        field: `messages.${i}`,
+        cause: err,
+      },
+    );
+  }
 }
 
 function toDraft(

@@ -64,9 +64,10 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
    * A poll, after the acks it carries (POST /v1/inbox). Both are queued in the same turn, so
    * they go into one group commit, the lease after the ack (group-commit.ts): a channel whose
    * message the ack settles hands over its next one in this very answer. The answer is the
-   * inbox's with the ack's fields before it. An ack refused (403: a delivery not the caller's)
-   * refuses the request and ends the poll: what the same commit leased is not handed over and
-   * comes again when its lease ends, as after any lost answer.
+   * inbox's with the ack's fields before it; another agent's delivery is in its `unknown`, as
+   * in POST /v1/acks. An ack that fails (its commit failed) fails the request and ends the poll:
+   * what the same commit leased is not handed over and comes again when its lease ends, as after
+   * any lost answer.
    */
   const inbox = async (
     agent: string,

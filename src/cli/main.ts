@@ -38,7 +38,8 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return command === undefined ? 2 : 0;
   }
-  const run = COMMANDS[command];
+  // own keys only: `agent-gateway constructor` found Object and crashed with a stack
+  const run = Object.hasOwn(COMMANDS, command) ? COMMANDS[command] : undefined;
   if (run === undefined) {
     process.stderr.write(`agent-gateway: unknown command "${command}"\n${USAGE}\n`);
     return 2;

@@ -7,7 +7,7 @@
  */
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { z } from 'zod';
-import { mcpServer } from '../sidecar/mcp-tools.js';
+import { mcpServer, refuseInvalidParams } from '../sidecar/mcp-tools.js';
 import { SidecarHttpOperations } from '../sidecar/sidecar-http.js';
 import { MCP_SETTINGS, readSettings, SettingsError } from './settings.js';
 
@@ -37,7 +37,15 @@ export async function runMcp(argv: readonly string[], env: NodeJS.ProcessEnv): P
     process.once('SIGTERM', resolve);
     process.once('SIGINT', resolve);
   });
-  await server.connect(new StdioServerTransport());
+  const transport = new StdioServerTransport();
+  await server.connect(transport);
+  // as the sidecar's /mcp: params that do not fit their method are -32602, not the SDK's -32603
+  const handle = transport.onmessage;
+  transport.onmessage = (message) => {
+    const refused = refuseInvalidParams(message);
+    if (refused === undefined) handle?.(message);
+    else for (const answer of [refused].flat()) void transport.send(answer);
+  };
   process.stderr.write(
     `agent-gateway mcp: serving the gateway's tools on stdio for the sidecar at ${ops.url}\n`,
   );

@@ -5,8 +5,24 @@
  */
 import { z } from 'zod';
 
+type FieldValue = string | number | boolean;
+
+/**
+ * The agent's fields, passed on as parsed. z.record would build a copy key by key, and assigning
+ * an own `__proto__` key (JSON.parse makes them) sets the copy's prototype instead: the field
+ * vanished from the entry without a word, not even counted among those dropped.
+ */
+const fields = z.custom<Record<string, FieldValue>>(
+  (v) =>
+    typeof v === 'object' &&
+    v !== null &&
+    !Array.isArray(v) &&
+    Object.values(v).every((x) => ['string', 'number', 'boolean'].includes(typeof x)),
+  { error: 'must be an object of strings, numbers and booleans' },
+);
+
 export const EmergencyRequestSchema = z.strictObject({
   reason: z.string().regex(/^[a-z][a-z0-9_]{0,63}$/, 'must be a short lower-case reason'),
   message: z.string().min(1).max(8192),
-  fields: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).optional(),
+  fields: fields.optional(),
 });

@@ -3,7 +3,7 @@
  * adapter adds. Shared by the adapter, the sidecar and the client.
  */
 import { z } from 'zod';
-import { GatewayError } from './errors.js';
+import { GatewayError, isGatewayError } from './errors.js';
 import { UUIDV7_PATTERN } from './ids.js';
 import { MAX_DEPTH } from './limits.js';
 
@@ -45,18 +45,23 @@ const taskId = z.string().min(1).max(200);
 
 /**
  * Payload schemas of the task kinds (seed 001's typed protocol). Extra fields are kept: the
- * schema says what must be there, not what may not.
+ * schema says what must be there, not what may not. A Map, not an object literal: the kind is
+ * the sender's string, and `{}["constructor"]` is Object, which answered kind "constructor"
+ * with a 500 (review 2026-12-04, "fuzz: kind constructor").
  */
-export const PAYLOAD_SCHEMAS: Partial<Record<string, z.ZodType>> = {
-  'task/request': z.looseObject({ task_id: taskId, description: z.string().min(1) }),
-  'task/update': z.looseObject({ task_id: taskId }),
-  'task/result': z.looseObject({
-    task_id: taskId,
-    status: z.enum(['success', 'failure', 'pending']),
-    reason: z.string().optional(),
-  }),
-  'task/cancel': z.looseObject({ task_id: taskId }),
-};
+export const PAYLOAD_SCHEMAS: ReadonlyMap<string, z.ZodType> = new Map<string, z.ZodType>([
+  ['task/request', z.looseObject({ task_id: taskId, description: z.string().min(1) })],
+  ['task/update', z.looseObject({ task_id: taskId })],
+  [
+    'task/result',
+    z.looseObject({
+      task_id: taskId,
+      status: z.enum(['success', 'failure', 'pending']),
+      reason: z.string().optional(),
+    }),
+  ],
+  ['task/cancel', z.looseObject({ task_id: taskId })],
+]);
 
 /**
  * A JSON object, passed on as parsed. z.record would build a copy key by key, and assigning an
@@ -116,11 +121,24 @@ export interface Assignment {
 
 /**
  * Checks a parsed JSON value against the envelope and, for the task kinds, the payload schema.
- * Throws a 400 `invalid_envelope` naming the first field at fault.
+ * Throws a 400 `invalid_envelope` naming the first field at fault. A check that fails in a way
+ * it did not foresee is the sender's input meeting a bug, not a reason to retry: it is a 400
+ * `invalid_request` naming the field being checked, never a retryable 500 `internal` (which
+ * the sidecar would keep in its outbox and send again forever).
  */
 export function parseEnvelope(value: unknown): Envelope {
+  const at = { field: 'body' };
+  try {
+    return checkEnvelope(value, at);
+  } catch (err) {
+    throw unforeseen(err, at.field);
+  }
+}
+
+function checkEnvelope(value: unknown, at: { field: string }): Envelope {
   const base = EnvelopeSchema.safeParse(value);
   if (!base.success) throw fieldError(base.error, '');
+  at.field = 'payload';
   const shape = shapeOf(base.data.payload);
   if (shape.depth > MAX_DEPTH) {
     throw new GatewayError('invalid_envelope', `payload: nests deeper than ${MAX_DEPTH} levels`, {
@@ -135,11 +153,14 @@ export function parseEnvelope(value: unknown): Envelope {
       { field: where },
     );
   }
-  const schema = PAYLOAD_SCHEMAS[base.data.kind];
+  at.field = 'kind';
+  const schema = PAYLOAD_SCHEMAS.get(base.data.kind);
   if (schema !== undefined) {
+    at.field = 'payload';
     const payload = schema.safeParse(base.data.payload);
     if (!payload.success) throw fieldError(payload.error, 'payload');
   }
+  at.field = 'priority';
   const priority =
     base.data.priority ?? (CRITICAL_KINDS.has(base.data.kind) ? 'critical' : 'normal');
   return { ...base.data, priority };
@@ -190,9 +211,24 @@ function inexactPath(v: unknown): string[] | undefined {
  * arguments): a 400 `invalid_envelope` naming the first field at fault, as parseEnvelope's.
  */
 export function checkEnvelopeFields<T>(schema: z.ZodType<T>, value: unknown): T {
-  const parsed = schema.safeParse(value);
+  let parsed: z.ZodSafeParseResult<T>;
+  try {
+    parsed = schema.safeParse(value);
+  } catch (err) {
+    throw unforeseen(err, 'body');
+  }
   if (!parsed.success) throw fieldError(parsed.error, '');
   return parsed.data;
+}
+
+/** A GatewayError as it is; anything else thrown while checking `field`: a 400 naming it. */
+function unforeseen(err: unknown, field: string): GatewayError {
+  if (isGatewayError(err)) return err;
+  // the sentence names the field, not the bug: a stack's words are no help to a sender
+  return new GatewayError('invalid_request', `${field}: could not be checked, so it is refused`, {
+    field,
+    cause: err,
+  });
 }
 
 function fieldError(error: z.ZodError, prefix: string): GatewayError {

@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError } from './errors.js';
-import { readBody, sendJson } from './http.js';
+import { assertJsonContentType, carriesBody, readBody, sendJson } from './http.js';
 
 /** What a handler answers: JSON (an object, or text that already is JSON), status 200 by default. */
 export interface Answer {
@@ -127,6 +127,11 @@ export class RouteTable<Who extends string, Ctx> {
     const path = q < 0 ? url : url.slice(0, q);
     const { route: r, params } = this.find(req.method, path);
     const ctx = guard(r.who, req);
+    // a POST to a route that reads a body, or one that sends a body anyway, is JSON (CONTRACT.md:
+    // 415 for one that is not): the adapter stored `text/plain` bodies before (issue 29)
+    if (req.method === 'POST' && (r.body !== undefined || carriesBody(req))) {
+      assertJsonContentType(req);
+    }
     const body = r.body === undefined ? undefined : r.body.parse(await readBody(req, r.body.limit));
     const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
     const answer = await r.handler({ req, res, params, query, body, ctx });

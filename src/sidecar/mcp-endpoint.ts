@@ -11,7 +11,13 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { type McpOperations, type McpServerOptions, mcpServer } from './mcp-tools.js';
+import { sendJson } from '../protocol/http.js';
+import {
+  type McpOperations,
+  type McpServerOptions,
+  mcpServer,
+  refuseInvalidParams,
+} from './mcp-tools.js';
 
 /** The handler of POST /mcp: `body` is the request's JSON, already read and parsed. */
 export type McpHandler = (
@@ -22,6 +28,11 @@ export type McpHandler = (
 
 export function mcpEndpoint(ops: McpOperations, opts: McpServerOptions = {}): McpHandler {
   return async (req, res, body) => {
+    const refused = refuseInvalidParams(body);
+    if (refused !== undefined) {
+      sendJson(res, 200, refused);
+      return;
+    }
     const server = mcpServer(ops, opts);
     const transport = new StreamableHTTPServerTransport({
       sessionIdGenerator: undefined,

@@ -20,8 +20,12 @@ import {
   CallToolRequestSchema,
   type CallToolResult,
   ErrorCode,
+  InitializeRequestSchema,
+  type JSONRPCMessage,
+  JSONRPCRequestSchema,
   ListToolsRequestSchema,
   McpError,
+  PingRequestSchema,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
@@ -409,4 +413,43 @@ function parse(text: string): unknown {
   } catch {
     return undefined;
   }
+}
+
+/** The requests this server answers, each with the SDK's schema of it. */
+const REQUESTS = new Map<string, { safeParse(v: unknown): { success: boolean; error?: unknown } }>([
+  ['initialize', InitializeRequestSchema],
+  ['ping', PingRequestSchema],
+  ['tools/list', ListToolsRequestSchema],
+  ['tools/call', CallToolRequestSchema],
+]);
+
+/**
+ * The answer to a frame holding a request whose params do not fit its method, or undefined. The
+ * SDK parses params in its handler wrapper and answers a failure as -32603, an internal error
+ * (SDK 1.32: `initialize` without `protocolVersion`, `tools/call` whose `name` is no string);
+ * it is the caller's mistake, so it is answered -32602 before the SDK sees it (the sidecar's
+ * /mcp and `agent-gateway mcp` both ask here first). A batch holding one is refused whole, each
+ * request answered, none run. A frame that is not a JSON-RPC request, or a method this server
+ * does not answer, is left to the SDK, which answers those well.
+ */
+export function refuseInvalidParams(body: unknown): JSONRPCMessage | JSONRPCMessage[] | undefined {
+  const requests = (Array.isArray(body) ? body : [body]).flatMap((m) => {
+    const r = JSONRPCRequestSchema.safeParse(m);
+    if (!r.success) return [];
+    const valid = REQUESTS.get(r.data.method)?.safeParse(m).success !== false;
+    return [{ id: r.data.id, method: r.data.method, valid }];
+  });
+  const bad = requests.find((r) => !r.valid);
+  if (bad === undefined) return undefined;
+  const answer = (r: (typeof requests)[number]): JSONRPCMessage => ({
+    jsonrpc: '2.0',
+    id: r.id,
+    error: {
+      code: ErrorCode.InvalidParams,
+      message: r.valid
+        ? `refused with its batch: request ${bad.id} (${bad.method}) has invalid params`
+        : `${r.method}: invalid params`,
+    },
+  });
+  return Array.isArray(body) ? requests.map(answer) : answer(bad);
 }

@@ -19,6 +19,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { GatewayError } from '../protocol/errors.js';
+import { assertJsonContentType } from '../protocol/http.js';
 
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
 
@@ -51,15 +52,7 @@ export function checkLocalRequest(req: IncomingMessage, listenHost: string): voi
       `a browser's request (Origin ${origin}) is not taken: the sidecar serves its agent runtime`,
     );
   }
-  if (req.method === 'POST') {
-    const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-    if (type !== 'application/json') {
-      throw new GatewayError(
-        'not_json',
-        `a POST must say Content-Type: application/json${type === '' ? '' : `, not ${type}`}`,
-      );
-    }
-  }
+  if (req.method === 'POST') assertJsonContentType(req);
 }
 
 /**

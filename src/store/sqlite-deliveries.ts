@@ -185,7 +185,7 @@ export class Deliveries {
   /**
    * Acks: done with these. An ack after the lease expired is still taken while the delivery
    * waits for its retry (the work was done; the retry would only repeat it). Another agent's
-   * delivery is a 403 for the whole request, checked before anything is written.
+   * delivery is `unknown`, as an id that names none (#own).
    */
   ack(agent: string, ids: readonly number[]): OpResults['ack'] {
     const out: OpResults['ack'] = { acked: [], dead: [], unknown: [] };
@@ -233,8 +233,8 @@ export class Deliveries {
 
   /**
    * The agent is still working on these: each lease now ends `extendMs` from now. Checked
-   * whole before anything is written: another agent's delivery is 403, one not leased (acked,
-   * expired, dead-lettered, unknown) is 409 `not_leased`.
+   * whole before anything is written: one not leased to the agent (acked, expired,
+   * dead-lettered, unknown, another agent's) is 409 `not_leased`.
    */
   extend(
     agent: string,
@@ -285,15 +285,16 @@ export class Deliveries {
     return times.length === 0 ? undefined : Math.min(...times);
   }
 
+  /**
+   * The agent's own deliveries of these ids; another agent's is undefined, as an unknown id is.
+   * A 403 for it told any agent which ids other agents held (review 2026-12-04, L8); now it is
+   * `unknown` in an ack or nack, `not_leased` in an extension, and nothing of it changes.
+   */
   #own(agent: string, ids: readonly number[]): (Row | undefined)[] {
-    const rows = ids.map((id) => this.#s.delivery.get(id));
-    const foreign = rows.find((r) => r !== undefined && r.recipient !== agent);
-    if (foreign !== undefined) {
-      throw new GatewayError('not_your_delivery', `delivery ${foreign.id} is not ${agent}'s`, {
-        field: 'delivery_ids',
-      });
-    }
-    return rows;
+    return ids.map((id) => {
+      const r = this.#s.delivery.get(id);
+      return r?.recipient === agent ? r : undefined;
+    });
   }
 
   #failAttempt(r: Row, reason: 'lease_expired' | 'nacked', now: number): void {

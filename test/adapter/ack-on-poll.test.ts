@@ -114,15 +114,19 @@ describe('POST /v1/inbox: acks carried on the poll', { timeout: 20_000 }, () => 
     expect((await stateOf(sent)).qa).toBe('acked');
   });
 
-  it("refuses another agent's delivery with 403 not_your_delivery at once, applying none of the ack", async () => {
+  it("answers another agent's delivery as unknown, as an id that names none, and leaves it be", async () => {
     t = await startTestAdapter();
     const sent = await sendAs(t.url, 'pm', '@qa');
     const [d] = await pollAs(t.url, 'qa');
-    // pm carries qa's delivery on a long poll with nothing ready for pm: were the poll not
-    // ended by the refusal, it would park for 30 s, past this test's timeout
-    const res = await carry('pm', [d.delivery_id], '?wait=30&max=10');
-    expect(res.status).toBe(403);
-    expect(res.body.error).toBe('not_your_delivery');
+    // pm carries qa's delivery and an id no delivery has: the same answer for both (L8)
+    const res = await carry('pm', [d.delivery_id, 987_654]);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      acked: [],
+      dead_lettered: [],
+      unknown: [d.delivery_id, 987_654],
+      deliveries: [],
+    });
     expect((await stateOf(sent)).qa).toBe('leased');
     // and qa's own ack of it still works
     expect((await carry('qa', [d.delivery_id])).body.acked).toEqual([d.delivery_id]);

@@ -138,7 +138,7 @@ describe('GET /v1/inbox', () => {
 });
 
 describe('acks, nacks and heartbeat', () => {
-  it('acks take a delivery out of the queue; another agent cannot ack it', async () => {
+  it("acks take a delivery out of the queue; another agent's ack of it is as of an unknown id", async () => {
     t = await startTestAdapter();
     await send(t.url, 'pm', '@qa');
     await send(t.url, 'pm', '@qa', { priority: 'critical' });
@@ -151,8 +151,13 @@ describe('acks, nacks and heartbeat', () => {
       agent: 'pm',
       body: { delivery_ids: ids },
     });
-    expect(foreign.status).toBe(403);
-    expect(foreign.body.error).toBe('not_your_delivery');
+    expect(foreign.status).toBe(200);
+    expect(foreign.body).toEqual({ acked: [], dead_lettered: [], unknown: ids });
+    // nothing of qa's changed: both still pending for qa
+    expect((await call(t.url, 'POST', '/v1/heartbeat', { agent: 'qa' })).body).toEqual({
+      pending: 2,
+      critical_pending: 1,
+    });
     const ack = await call(t.url, 'POST', '/v1/acks', {
       agent: 'qa',
       body: { delivery_ids: [...ids, 999] },

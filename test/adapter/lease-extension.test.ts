@@ -80,14 +80,24 @@ describe('POST /v1/leases', { timeout: 60_000 }, () => {
     expect(most.body.leases).toHaveLength(1);
   });
 
-  it("extending another agent's delivery is 403 not_your_delivery", async () => {
+  it("extending another agent's delivery is 409 not_leased, as for an unknown id, and leaves it be", async () => {
     t = await startTestAdapter();
-    await send('pm', '@qa');
+    const sent = await send('pm', '@qa');
     const [d] = await poll('qa');
     const r = await extend('growth', { delivery_ids: [d.delivery_id], extend_ms: 60_000 });
-    expect(r.status).toBe(403);
-    expect(r.body).toMatchObject({ error: 'not_your_delivery', field: 'delivery_ids' });
-    expect(r.body.message).toContain(String(d.delivery_id));
+    const unknown = await extend('growth', { delivery_ids: [987_654], extend_ms: 60_000 });
+    expect(r.status).toBe(409);
+    expect(r.body).toMatchObject({ error: 'not_leased', field: 'delivery_ids' });
+    // the same sentence but for the id: nothing tells growth that qa holds this one (L8)
+    expect(r.body.message.replace(String(d.delivery_id), 'N')).toBe(
+      unknown.body.message.replace('987654', 'N'),
+    );
+    // qa's lease is as it was
+    expect(await status(sent)).toEqual([
+      expect.objectContaining({ agent: 'qa', state: 'leased', attempts: 1 }),
+    ]);
+    const own = await extend('qa', { delivery_ids: [d.delivery_id], extend_ms: 60_000 });
+    expect(own.body.leases[0].lease_expires_at).not.toBe(d.lease_expires_at);
   });
 
   it('extending a delivery no longer leased (acked, or unknown) is 409 not_leased', async () => {

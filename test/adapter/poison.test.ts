@@ -110,16 +110,23 @@ describe('nack with retry false', { timeout: 30_000 }, () => {
     expect(await deadLetters()).toEqual([]);
   });
 
-  it("rejecting another agent's delivery is 403 for the whole request, and nothing is dead-lettered", async () => {
+  it("rejecting another agent's delivery answers it as unknown, and dead-letters only the caller's", async () => {
     t = await startTestAdapter();
     await send('pm', '@qa', 'status', {});
     await send('pm', '@growth', 'status', {});
     const [q] = await poll('qa');
     const [g] = await poll('growth');
     const r = await nack('qa', { delivery_ids: [q.delivery_id, g.delivery_id], retry: false });
-    expect(r.status).toBe(403);
-    expect(r.body.error).toBe('not_your_delivery');
-    expect(await deadLetters()).toEqual([]);
+    expect(r.status).toBe(200);
+    // growth's id is answered as an id that names no delivery (L8)
+    expect(r.body).toEqual({ nacked: [q.delivery_id], ignored: [], unknown: [g.delivery_id] });
+    expect((await deadLetters()).map((d: Json) => d.recipient)).toEqual(['qa']);
+    // growth's delivery is still leased to growth: growth acks it
+    const acked = await call(t.url, 'POST', '/v1/acks', {
+      agent: 'growth',
+      body: { delivery_ids: [g.delivery_id] },
+    });
+    expect(acked.body.acked).toEqual([g.delivery_id]);
   });
 
   it('a malformed nack is 400 invalid_request naming the field', async () => {

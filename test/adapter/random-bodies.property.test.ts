@@ -5,13 +5,18 @@
  * answer is a documented 2xx or 4xx with a JSON error body, never a 5xx, and the adapter stays
  * up. Valid envelopes with odd payloads are stored and read back exactly.
  *
- * 3,000 bodies in all, about 15 s on two cores (sync=normal: fsyncs are not what is tested).
+ * Object.prototype's names go in as kinds, priorities, channels and payload keys: kind
+ * "constructor" was a 500 (review 2026-12-04).
+ *
+ * 3,300 bodies in all, about 40 s on two cores at load 12 (sync=normal: fsyncs are not what is
+ * tested).
  */
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ERRORS } from '../../src/protocol/errors.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { objectText, PROTO_NAMES, protoName } from '../helpers/bad-input.js';
 import { call, type Json, sendAs } from '../helpers/http.js';
 import { tokenOf } from '../helpers/topology.js';
 
@@ -60,18 +65,23 @@ async function answersWell(path: string, body: string | Uint8Array): Promise<voi
   }
 }
 
-const names = fc.constantFrom(
-  'product',
-  'all-agents',
-  'platform',
-  '@qa',
-  '@pm',
-  '@nobody',
-  '@adapter',
-  'nope',
-  '',
-  '@',
-  '@@x',
+const names = fc.oneof(
+  fc.constantFrom(
+    'product',
+    'all-agents',
+    'platform',
+    '@qa',
+    '@pm',
+    '@nobody',
+    '@adapter',
+    'nope',
+    '',
+    '@',
+    '@@x',
+  ),
+  // a channel or agent named after an Object.prototype member: none of the topology's
+  protoName,
+  protoName.map((n) => `@${n}`),
 );
 const envelopeLike = fc.record(
   {
@@ -80,8 +90,10 @@ const envelopeLike = fc.record(
     kind: fc.oneof(
       fc.constantFrom('task/request', 'task/result', 'status', 'alert/x', 'A/B'),
       fc.string(),
+      // "constructor" is a kind like any other (it was a 500: PAYLOAD_SCHEMAS on a plain object)
+      protoName,
     ),
-    priority: fc.oneof(fc.constantFrom('normal', 'critical'), fc.anything()),
+    priority: fc.oneof(fc.constantFrom('normal', 'critical'), fc.anything(), protoName),
     reply_to_sequence_id: fc.oneof(fc.integer(), fc.double(), fc.constant(null), fc.string()),
     payload: fc.oneof(fc.object(), fc.anything()),
     sender: fc.oneof(fc.constantFrom('pm', 'qa'), fc.anything()),
@@ -213,20 +225,63 @@ it('never answers 5xx to deep nesting or bodies around and past the size bounds'
   );
 });
 
+const protoEnvelope = fc.record({
+  to: fc.oneof(
+    fc.constantFrom('@qa', 'product'),
+    protoName,
+    protoName.map((n) => `@${n}`),
+  ),
+  kind: fc.oneof(fc.constantFrom('status', 'task/update'), protoName),
+  priority: fc.option(fc.oneof(fc.constantFrom('normal', 'critical'), protoName)),
+  payload: fc.array(fc.tuple(protoName, fc.oneof(fc.string(), fc.integer())), { maxLength: 4 }),
+});
+type ProtoEnvelope = typeof protoEnvelope extends fc.Arbitrary<infer T> ? T : never;
+
+const protoText = (e: ProtoEnvelope) =>
+  objectText([
+    ['idempotency_key', randomUUID()],
+    ['to', e.to],
+    ['kind', e.kind],
+    ...(e.priority === null ? [] : [['priority', e.priority] as const]),
+    ['payload', objectText([['task_id', 'T-1'], ...e.payload])],
+  ]).text;
+
+/** Good but for prototype names in its kind ("constructor") or payload keys: to be stored. */
+const storable = (e: ProtoEnvelope) =>
+  ['@qa', 'product'].includes(e.to) &&
+  /^[a-z]+$/.test(e.kind) &&
+  (e.priority === null || e.priority === 'normal' || e.priority === 'critical');
+
+it('answers Object.prototype names as a kind, priority, to or payload key as any other string', {
+  timeout: 60_000,
+}, async () => {
+  await fc.assert(
+    fc.asyncProperty(fc.array(protoEnvelope, { minLength: 1, maxLength: 4 }), async (list) => {
+      const [one] = list;
+      if (list.length === 1 && one !== undefined) {
+        const res = await post('/v1/messages', protoText(one));
+        expect(res.status, JSON.stringify([one, res.body])).toBeLessThan(500);
+        if (storable(one)) expect(res.status, JSON.stringify([one, res.body])).toBe(201);
+        return;
+      }
+      const res = await post(
+        '/v1/messages/batch',
+        `{"messages":[${list.map(protoText).join(',')}]}`,
+      );
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      list.forEach((e, i) => {
+        const r = res.body.results[i];
+        expect(r.status, JSON.stringify([e, r])).toBeLessThan(500);
+        if (storable(e)) expect(r.status, JSON.stringify([e, r])).toBe(201);
+      });
+    }),
+    { numRuns: 300, seed: SEED + 4 },
+  );
+});
+
 /** JSON values whose numbers are all exact doubles, with odd keys (__proto__ among them). */
 const oddKey = fc.oneof(
-  fc.constantFrom(
-    '__proto__',
-    'constructor',
-    'prototype',
-    'toString',
-    '',
-    '\u0000',
-    '\ud800',
-    'é',
-    '😀',
-    'a.b',
-  ),
+  fc.constantFrom(...PROTO_NAMES, 'prototype', '', '\u0000', '\ud800', 'é', '😀', 'a.b'),
   fc.string({ maxLength: 8 }),
 );
 const exactNumber = fc.oneof(
@@ -247,20 +302,6 @@ const { value: oddValue } = fc.letrec((tie) => ({
   object: fc.array(fc.tuple(oddKey, tie('value')), { maxLength: 5 }).map(objectText),
 }));
 
-/** An object as JSON text: written out, since an object literal cannot hold an own __proto__. */
-class ObjectText {
-  constructor(readonly text: string) {}
-}
-function objectText(entries: readonly (readonly [string, unknown])[]): ObjectText {
-  return new ObjectText(
-    `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${asText(v)}`).join(',')}}`,
-  );
-}
-function asText(v: unknown): string {
-  if (v instanceof ObjectText) return v.text;
-  if (Array.isArray(v)) return `[${v.map(asText).join(',')}]`;
-  return JSON.stringify(v);
-}
 const oddPayload = fc
   .array(fc.tuple(oddKey, oddValue), { maxLength: 6 })
   .map((entries) => objectText(entries).text);

@@ -5,8 +5,10 @@
  * (test/sidecar/mcp-tools-over-http.test.ts); here also: stdout carries MCP messages only, a
  * sidecar that does not answer is a tool result, and bad settings stop the command.
  */
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import {
@@ -174,4 +176,30 @@ it('stops at start on a bad AGW_SIDECAR_URL, naming it, with exit status 2 and n
   const typo = await runCli(['mcp'], { AGW_SIDECAR_ULR: 'http://127.0.0.1:7070' });
   expect(typo.code).toBe(2);
   expect(typo.stderr).toContain('did you mean AGW_SIDECAR_URL?');
+});
+
+it('answers a request whose params do not fit its method with -32602, never -32603 (internal)', async () => {
+  // no sidecar is asked: the refusal comes first (port 9 is discard, nothing listens)
+  const child = spawn(process.execPath, [CLI, 'mcp'], {
+    env: { PATH: process.env.PATH ?? '', AGW_SIDECAR_URL: 'http://127.0.0.1:9' },
+    stdio: ['pipe', 'pipe', 'ignore'],
+  });
+  pids.push(child.pid!);
+  const lines = createInterface({ input: child.stdout });
+  const next = () =>
+    new Promise<Json>((resolve) => lines.once('line', (l) => resolve(JSON.parse(l))));
+  // the SDK answered both -32603: its handler wrapper parses params and calls a failure internal
+  for (const frame of [
+    { jsonrpc: '2.0', id: 'a', method: 'initialize', params: {} },
+    { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 5 } },
+  ]) {
+    const answer = next();
+    child.stdin.write(`${JSON.stringify(frame)}\n`);
+    expect(await answer).toEqual({
+      jsonrpc: '2.0',
+      id: frame.id,
+      error: { code: -32602, message: `${frame.method}: invalid params` },
+    });
+  }
+  child.stdin.end();
 });

@@ -183,3 +183,42 @@ it("takes /mcp only as the sidecar's other endpoints: loopback Host, no other si
     expect(r.status, method).toBe(405);
   }
 });
+
+it('answers a request whose params do not fit its method with -32602, never -32603 (internal)', async () => {
+  const adapter = await startTestAdapter();
+  stops.push(adapter.stop);
+  const pm = await startTestSidecar('pm', adapter.url);
+  stops.push(pm.stop);
+  const frame = async (body: unknown) => {
+    const res = await fetch(`${pm.url}/mcp`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+      },
+      body: JSON.stringify(body),
+    });
+    return { status: res.status, body: (await res.json()) as Json };
+  };
+  // the SDK answered both -32603: its handler wrapper parses params and calls a failure internal
+  const init = { jsonrpc: '2.0', id: 'a', method: 'initialize', params: {} };
+  const call = { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 5 } };
+  for (const body of [init, call]) {
+    const r = await frame(body);
+    expect(r, JSON.stringify(body)).toMatchObject({
+      status: 200,
+      body: { id: body.id, error: { code: -32602, message: `${body.method}: invalid params` } },
+    });
+  }
+  // in a batch, every request is answered and none is run
+  const ping = { jsonrpc: '2.0', id: 3, method: 'ping' };
+  const batch = await frame([ping, call]);
+  expect(batch.body.map((a: Json) => [a.id, a.error.code])).toEqual([
+    [3, -32602],
+    [2, -32602],
+  ]);
+  // a good request and an unknown method are the SDK's, as before
+  expect((await frame(ping)).body).toMatchObject({ id: 3, result: {} });
+  const unknown = await frame({ jsonrpc: '2.0', id: 4, method: 'constructor' });
+  expect(unknown.body.error.code).toBe(-32601);
+});

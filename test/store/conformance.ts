@@ -1037,27 +1037,40 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       expect(again.map((d) => [d.delivery_id, d.attempt])).toEqual([[c!.delivery_id, 2]]);
     });
 
-    it("refuses a whole ack as not_your_delivery when one id is another agent's, writing nothing", async () => {
+    it("answers another agent's delivery as unknown in an ack or nack, and changes nothing of it", async () => {
+      // review 2026-12-04, L8: a 403 for it told any agent which ids other agents held
       const h = await open();
       await h.send(draft({ channel: '@qa' }), draft({ channel: '@pm' }));
       const [x] = await h.lease('qa', 10, T0);
       const [y] = await h.lease('pm', 10, T0);
       const { results } = await h.run([
         { op: 'ack', agent: 'qa', ids: [x!.delivery_id, y!.delivery_id] },
-        { op: 'ack', agent: 'pm', ids: [y!.delivery_id] }, // settles on its own
+        { op: 'ack', agent: 'qa', ids: [y!.delivery_id, 987_654] },
       ]);
-      expect(errorCode(results[0])).toBe('not_your_delivery');
-      expect(results[1]).toEqual({ ok: { acked: [y!.delivery_id], dead: [], unknown: [] } });
-      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 }); // x was not acked
+      expect(results[0]).toEqual({
+        ok: { acked: [x!.delivery_id], dead: [], unknown: [y!.delivery_id] },
+      });
+      // another agent's id and an id that names no delivery: the same answer
+      expect(results[1]).toEqual({
+        ok: { acked: [], dead: [], unknown: [y!.delivery_id, 987_654] },
+      });
+      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
       expect(
-        errorCode(await h.settle({ op: 'nack', agent: 'qa', ids: [y!.delivery_id], now: T0 })),
-      ).toBe('not_your_delivery');
-      expect(await h.ack('qa', [x!.delivery_id])).toEqual({
-        acked: [x!.delivery_id],
+        await h.one({ op: 'nack', agent: 'qa', ids: [y!.delivery_id], now: T0, retry: false }),
+      ).toEqual({ nacked: [], ignored: [], unknown: [y!.delivery_id] });
+      // pm's delivery is as it was: counted, still leased to pm (only a leased one extends),
+      // not dead-lettered, and pm's own ack settles it
+      expect(await h.depth('pm')).toEqual({ all: 1, critical: 0 });
+      expect(await h.deadLetters()).toEqual([]);
+      expect(
+        await h.one({ op: 'extend', agent: 'pm', ids: [y!.delivery_id], extendMs: 1000, now: T0 }),
+      ).toHaveLength(1);
+      expect(await h.ack('pm', [y!.delivery_id])).toEqual({
+        acked: [y!.delivery_id],
         dead: [],
         unknown: [],
       });
-      expect(await h.depth('qa')).toEqual({ all: 0, critical: 0 });
+      expect(await h.depth('pm')).toEqual({ all: 0, critical: 0 });
     });
 
     it('reports unknown delivery ids, and an ack of a dead-lettered delivery as dead', async () => {
@@ -1537,18 +1550,14 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       await h.sweep(T0 + 1000); // the first expiry passes: nothing happens
       expect(await h.lease('qa', 10, T0 + 1001)).toEqual([]);
       expect(await h.store.nextDue(T0 + 1001)).toBe(T0 + 60_500);
-      // another agent's delivery: refused whole; a delivery no longer leased: not_leased
-      expect(
-        errorCode(
-          await h.settle({
-            op: 'extend',
-            agent: 'pm',
-            ids: [d!.delivery_id],
-            extendMs: 1,
-            now: T0,
-          }),
-        ),
-      ).toBe('not_your_delivery');
+      // another agent's delivery is not_leased, as an unknown one is (L8), and stays as it was;
+      // a delivery no longer leased: not_leased
+      for (const ids of [[d!.delivery_id], [987_654]]) {
+        expect(
+          errorCode(await h.settle({ op: 'extend', agent: 'pm', ids, extendMs: 1, now: T0 })),
+        ).toBe('not_leased');
+      }
+      expect(await h.store.nextDue(T0 + 1001)).toBe(T0 + 60_500);
       await h.ack('qa', [d!.delivery_id]);
       expect(
         errorCode(
