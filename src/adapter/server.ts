@@ -13,6 +13,7 @@ import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { listen, sendError } from '../protocol/http.js';
 import { RouteTable } from '../protocol/router.js';
 import type { Store } from '../store/store.js';
+import { ConnectionLimits } from './connection-limits.js';
 import { DeliveryService } from './delivery.js';
 import { GroupCommit } from './group-commit.js';
 import { AdapterMetrics } from './metrics.js';
@@ -55,6 +56,8 @@ export interface Adapter {
   readonly integrity: Promise<number>;
   readonly metrics: AdapterMetrics;
   readonly retention: Retention;
+  /** Who holds the connections; its events tell each one closed idle, evicted or refused. */
+  readonly connections: ConnectionLimits;
   /** Stops intake, finishes and answers commits in flight, closes the store. */
   close(): Promise<void>;
 }
@@ -158,6 +161,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
     if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
     const agent = authenticate(topology, req);
+    connections.trust(req.socket);
     if (who === 'alerts_to' && agent !== topology.alertsTo) {
       throw new GatewayError(
         'not_alerts_agent',
@@ -182,6 +186,14 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   // One past the cap is closed at once; 4,096 is far above six agents' sidecars (16 long polls
   // and 16 calls each) and far below the file descriptors a pod gets.
   server.maxConnections = settings.maxConnections;
+  // Within it, what a peer that showed no token may hold (connection-limits.ts).
+  const connections = new ConnectionLimits({
+    maxConnections: settings.maxConnections,
+    reservedPercent: settings.reservedConnectionsPercent,
+    maxPerAddress: settings.maxConnectionsPerAddress,
+    idleMs: settings.unauthenticatedIdleMs,
+  });
+  connections.attach(server);
   server.on('request', (req, res) => {
     inFlight++;
     if (closing) res.setHeader('connection', 'close');
@@ -254,7 +266,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     await store.close();
   };
 
-  return { url, ready: readyPromise, integrity, metrics, retention, close };
+  return { url, ready: readyPromise, integrity, metrics, retention, connections, close };
 }
 
 /** AGW_SEND_RATE / AGW_SEND_BURST, and the agents' own `send_rate` / `send_burst`. */

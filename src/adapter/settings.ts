@@ -93,6 +93,21 @@ export const ADAPTER_SETTINGS = {
   keepAliveTimeoutMs: { env: 'AGW_KEEP_ALIVE_TIMEOUT_MS', default: '65000' },
   /** Open connections at most; one more is closed at once. Default 4096. */
   maxConnections: { env: 'AGW_MAX_CONNECTIONS', default: '4096' },
+  /**
+   * Percent of AGW_MAX_CONNECTIONS that only connections which carried an agent's token may
+   * hold (connection-limits.ts). Default 25 (1,024 of 4,096).
+   */
+  reservedConnectionsPercent: { env: 'AGW_RESERVED_CONNECTIONS_PERCENT', default: '25' },
+  /**
+   * Connections one remote address may hold before any of them carried an agent's token.
+   * Default 256: a sidecar opens 32 at most; a proxy in front of the adapter may need more.
+   */
+  maxConnectionsPerAddress: { env: 'AGW_MAX_CONNECTIONS_PER_ADDRESS', default: '256' },
+  /**
+   * A connection that has carried no agent's token yet is closed after this idle, ms (before
+   * its first request too). Default 5000; AGW_KEEP_ALIVE_TIMEOUT_MS once it has.
+   */
+  unauthenticatedIdleMs: { env: 'AGW_UNAUTHENTICATED_IDLE_MS', default: '5000' },
   /** Concurrent GET /v1/inbox of one agent; past it 429 too_many_polls. Default 32. */
   maxPollsPerAgent: {
     env: 'AGW_MAX_POLLS_PER_AGENT',
@@ -158,6 +173,9 @@ export const AdapterSettingsSchema = z
     connectionsCheckingIntervalMs: intSetting(10, 60_000),
     keepAliveTimeoutMs: intSetting(1000, 3_600_000),
     maxConnections: intSetting(16, 1_000_000),
+    reservedConnectionsPercent: intSetting(0, 90),
+    maxConnectionsPerAddress: intSetting(1, 1_000_000),
+    unauthenticatedIdleMs: intSetting(100, 3_600_000),
     maxPollsPerAgent: intSetting(1, 10_000),
     log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
     journalSocket: z.string().min(1, 'must not be empty'),

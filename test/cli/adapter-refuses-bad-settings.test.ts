@@ -43,6 +43,13 @@ describe('bad settings', () => {
     [{ AGW_CRITICAL_CAPACITY: '0' }, [], ['AGW_CRITICAL_CAPACITY', 'integer from 1']],
     [{ AGW_HOP_BUDGET: '0' }, [], ['AGW_HOP_BUDGET', 'integer from 1']],
     [{}, ['--thread-budget', 'many'], ['AGW_THREAD_BUDGET (--thread-budget)', 'integer']],
+    [
+      { AGW_RESERVED_CONNECTIONS_PERCENT: '95' },
+      [],
+      ['AGW_RESERVED_CONNECTIONS_PERCENT', 'integer from 0 to 90'],
+    ],
+    [{ AGW_MAX_CONNECTIONS_PER_ADDRESS: '0' }, [], ['AGW_MAX_CONNECTIONS_PER_ADDRESS', 'integer']],
+    [{ AGW_UNAUTHENTICATED_IDLE_MS: '5s' }, [], ['AGW_UNAUTHENTICATED_IDLE_MS', '"5s"']],
   ] as const)('%o %o is refused', async (env, args, parts) => {
     expectOneLine(
       await runCli(['adapter', '--topology', topology, '--db', db, ...args], env),
