@@ -17,6 +17,7 @@ import { ConnectionLimits } from './connection-limits.js';
 import { DeliveryService } from './delivery.js';
 import { GroupCommit } from './group-commit.js';
 import { AdapterMetrics } from './metrics.js';
+import { ResponseBudget } from './response-budget.js';
 import { Retention } from './retention.js';
 import { adapterRoutes, type Caller, type Who } from './routes.js';
 import { allChannels } from './routing.js';
@@ -58,6 +59,8 @@ export interface Adapter {
   readonly retention: Retention;
   /** Who holds the connections; its events tell each one closed idle, evicted or refused. */
   readonly connections: ConnectionLimits;
+  /** The answers in flight; its events tell each one cut for its client and each read refused. */
+  readonly responses: ResponseBudget;
   /** Stops intake, finishes and answers commits in flight, closes the store. */
   close(): Promise<void>;
 }
@@ -107,6 +110,10 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     days: settings.retentionDays,
     keepKinds: settings.retentionKeepKinds,
   });
+  const responses = new ResponseBudget(settings.maxResponseBytes, settings.writeTimeoutMs);
+  responses.on('response:timeout', (bytes) =>
+    logger.warn({ bytes }, 'a client did not take its answer in time; its connection was cut'),
+  );
   let ready = false;
   let closing = false;
   let checkFailed: string | undefined;
@@ -129,6 +136,8 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       maxLeaseMs: settings.maxLeaseMs,
       maxPageBytes: settings.maxPageBytes,
       maxPollsPerAgent: settings.maxPollsPerAgent,
+      maxReadsPerAgent: settings.maxReadsPerAgent,
+      responses,
       // 503 while starting or stopping, once quick_check failed, and while writes keep failing
       // on the storage. Not for a corrupt row (quarantined, the rest is served) nor a storage
       // bound reached (storage_full refuses new messages; everything else works).
@@ -266,7 +275,16 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     await store.close();
   };
 
-  return { url, ready: readyPromise, integrity, metrics, retention, connections, close };
+  return {
+    url,
+    ready: readyPromise,
+    integrity,
+    metrics,
+    retention,
+    connections,
+    responses,
+    close,
+  };
 }
 
 /** AGW_SEND_RATE / AGW_SEND_BURST, and the agents' own `send_rate` / `send_burst`. */

@@ -113,6 +113,22 @@ export const ADAPTER_SETTINGS = {
     env: 'AGW_MAX_POLLS_PER_AGENT',
     default: String(DEFAULT_MAX_POLLS_PER_AGENT),
   },
+  /**
+   * Concurrent replay, thread and dead-letter reads of one agent, each held until its answer is
+   * out; past it 429 too_many_reads. Default 4.
+   */
+  maxReadsPerAgent: { env: 'AGW_MAX_READS_PER_AGENT', default: '4' },
+  /**
+   * Bytes of answers in flight across the adapter; a replay, thread or dead-letter read takes a
+   * page's bound of it before it reads; past it 503 overloaded. Default 268435456 (256 MiB: a
+   * quarter of the 1 GiB k8s/ gives the adapter, 32 pages of 8 MiB).
+   */
+  maxResponseBytes: { env: 'AGW_MAX_RESPONSE_BYTES', default: String(256 * 1024 * 1024) },
+  /**
+   * A client must have taken a paged answer (replay, threads, dead letters, inbox) within this,
+   * ms, else its connection is cut. Default 30000 (8 MiB at 280 KB/s).
+   */
+  writeTimeoutMs: { env: 'AGW_WRITE_TIMEOUT_MS', default: '30000' },
   /** stdout (default): JSON lines; journald: native entries to AGW_JOURNAL_SOCKET. */
   log: { env: 'AGW_LOG', default: 'stdout' },
   /** journald's native socket: CRIT entries for alerts, and the log with AGW_LOG=journald. */
@@ -177,6 +193,9 @@ export const AdapterSettingsSchema = z
     maxConnectionsPerAddress: intSetting(1, 1_000_000),
     unauthenticatedIdleMs: intSetting(100, 3_600_000),
     maxPollsPerAgent: intSetting(1, 10_000),
+    maxReadsPerAgent: intSetting(1, 10_000),
+    maxResponseBytes: intSetting(65_536, 2 ** 40),
+    writeTimeoutMs: intSetting(100, 3_600_000),
     log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
     journalSocket: z.string().min(1, 'must not be empty'),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
@@ -191,6 +210,13 @@ export const AdapterSettingsSchema = z
         code: 'custom',
         path: ['maxLeaseMs'],
         message: `must be at least AGW_LEASE_MS (${s.leaseMs}): an extension may only lengthen a lease`,
+      });
+    }
+    if (s.maxResponseBytes < s.maxPageBytes) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['maxResponseBytes'],
+        message: `must be at least AGW_MAX_PAGE_BYTES (${s.maxPageBytes}): a read takes a page's bound of it`,
       });
     }
     if (s.headersTimeoutMs > s.requestTimeoutMs) {
