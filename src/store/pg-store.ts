@@ -987,13 +987,16 @@ export class PgStore implements Store {
     limit: number,
   ): Promise<Record<string, DeliveryStateName>> {
     const out: Record<string, DeliveryStateName> = {};
-    const rows = await this.#read<{ message_id: string; state: DeliveryState }>('pageDeliveries', [
-      channel,
-      afterSeq,
-      this.#corruptIds,
-      limit,
-      reader,
-    ]);
+    // part of a replay page: it waits for a page read's slot as the page did
+    const rows = await this.#pageReads.run(() =>
+      this.#read<{ message_id: string; state: DeliveryState }>('pageDeliveries', [
+        channel,
+        afterSeq,
+        this.#corruptIds,
+        limit,
+        reader,
+      ]),
+    );
     for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
     return out;
   }
