@@ -7,7 +7,7 @@
  * - Each agent may have AGW_MAX_READS_PER_AGENT (4) replay, thread and dead-letter reads open
  *   (`AgentSlots`); past it 429 `too_many_reads` with Retry-After. A slot is held until the answer
  *   has gone out or the connection closed, not merely until it was built.
- * - All answers in flight together may hold AGW_MAX_RESPONSE_BYTES (256 MiB; `ResponseBudget`): a
+ * - All answers in flight together may hold AGW_MAX_RESPONSE_BYTES (128 MiB; `ResponseBudget`): a
  *   read takes a whole page's bound before it reads (so concurrent reads cannot all pass it at
  *   once), then what its answer really holds; past it 503 `overloaded` with Retry-After. An inbox
  *   answer is counted but never refused: what it leased must go out.

@@ -120,10 +120,12 @@ export const ADAPTER_SETTINGS = {
   maxReadsPerAgent: { env: 'AGW_MAX_READS_PER_AGENT', default: '4' },
   /**
    * Bytes of answers in flight across the adapter; a replay, thread or dead-letter read takes a
-   * page's bound of it before it reads; past it 503 overloaded. Default 268435456 (256 MiB: a
-   * quarter of the 1 GiB k8s/ gives the adapter, 32 pages of 8 MiB).
+   * page's bound of it before it reads; past it 503 overloaded. Default 134217728 (128 MiB, 16
+   * pages of 8 MiB: a page costs about three times its bytes while it is read and sent (the
+   * driver's buffer, its rows as strings, the answer), 48 concurrent PostgreSQL replays at 256
+   * MiB took the adapter to 758 MiB, and k8s/ gives it 1 GiB).
    */
-  maxResponseBytes: { env: 'AGW_MAX_RESPONSE_BYTES', default: String(256 * 1024 * 1024) },
+  maxResponseBytes: { env: 'AGW_MAX_RESPONSE_BYTES', default: String(128 * 1024 * 1024) },
   /**
    * A client must have taken a paged answer (replay, threads, dead letters, inbox) within this,
    * ms, else its connection is cut. Default 30000 (8 MiB at 280 KB/s).
