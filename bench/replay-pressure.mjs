@@ -122,6 +122,7 @@ try {
       }
     });
     const health = [];
+    const healthStatus = {};
     let peak = base;
     const until = Date.now() + SECONDS * 1000;
     while (Date.now() < until) {
@@ -129,6 +130,7 @@ try {
       const r = await request(`${adapter.url}/health`, { dispatcher });
       await r.body.text();
       health.push(performance.now() - t0);
+      healthStatus[r.statusCode] = (healthStatus[r.statusCode] ?? 0) + 1;
       peak = Math.max(peak, rssMiB(adapter.pid));
       await sleep(100);
     }
@@ -141,6 +143,7 @@ try {
         store: db ? 'postgres' : 'sqlite',
         spread: SPREAD,
         health_ms: { n: health.length, ...latencySummary(health) },
+        health_status: healthStatus,
         replays: counts,
         rss_before_mib: round(base, 0),
         rss_peak_mib: round(peak, 0),
