@@ -11,6 +11,7 @@ import { MAX_BATCH, pageBudget } from '../protocol/limits.js';
 import { messageIdOf, sequenceOf } from '../protocol/wire.js';
 import type { MessageDraft, Store } from '../store/store.js';
 import type { GroupCommit } from './group-commit.js';
+import { pageParts } from './response-budget.js';
 import { assertReader, readableChannels, route } from './routing.js';
 import type { SendRates } from './send-rate.js';
 import type { Topology } from './topology.js';
@@ -115,7 +116,8 @@ export async function postBatch(
  * sidecar repairing a gap hands over only what was acked elsewhere, never what was evicted or
  * dead-lettered for its agent. The page ends early at `maxPageBytes` (holding one message at
  * least); `next_after` is the `after` of the next page (the last sequence on this one), null
- * when this one is empty: a reader goes on until then, never stops at a short page.
+ * when this one is empty: a reader goes on until then, never stops at a short page. Answered as
+ * the parts of its JSON, which the route writes out as the client takes them.
  */
 export async function readChannel(
   ctx: WriteContext,
@@ -124,10 +126,10 @@ export async function readChannel(
   after: number,
   limit: number,
   maxPageBytes: number,
-): Promise<string> {
+): Promise<string[]> {
   assertReader(ctx.topology, reader, channel);
   const rows = await ctx.store.channelMessages(channel, after, limit, pageBudget(maxPageBytes));
-  if (rows.length === 0) return '{"messages":[],"delivery_states":{},"next_after":null}';
+  if (rows.length === 0) return ['{"messages":[],"delivery_states":{},"next_after":null}'];
   const last = sequenceOf(rows[rows.length - 1]!);
   // a window that holds the page (its sequences are distinct, from after + 1 to last), less
   // what it holds beyond the page: the page's bound covers the states of its own messages only
@@ -139,7 +141,11 @@ export async function readChannel(
   );
   const states: Record<string, string> = {};
   for (const id of rows.map(messageIdOf)) if (Object.hasOwn(window, id)) states[id] = window[id]!;
-  return `{"messages":[${rows.join(',')}],"delivery_states":${JSON.stringify(states)},"next_after":${last}}`;
+  return pageParts(
+    '{"messages":[',
+    rows,
+    `],"delivery_states":${JSON.stringify(states)},"next_after":${last}}`,
+  );
 }
 
 /**

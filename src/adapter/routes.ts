@@ -18,11 +18,12 @@ import {
   PAGE_MAX_LIMIT,
   pageBudget,
 } from '../protocol/limits.js';
-import { type Answer, type Route, route } from '../protocol/router.js';
+import { type Route, route } from '../protocol/router.js';
 import { deadLetterIdOf } from '../protocol/wire.js';
 import type { DeliveryService } from './delivery.js';
 import { postBatch, postMessage, readChannel, type WriteContext } from './messages.js';
 import type { AdapterMetrics } from './metrics.js';
+import { AgentSlots, pageParts, type ResponseBudget } from './response-budget.js';
 import type { Topology } from './topology.js';
 
 export type Who = 'public' | 'agent' | 'alerts_to';
@@ -42,6 +43,10 @@ export interface RouteDeps {
   readonly maxPageBytes: number;
   /** AGW_MAX_POLLS_PER_AGENT: concurrent GET /v1/inbox of one agent; past it 429. */
   readonly maxPollsPerAgent: number;
+  /** AGW_MAX_READS_PER_AGENT: concurrent replay, thread and dead-letter reads of one agent. */
+  readonly maxReadsPerAgent: number;
+  /** The answers in flight, and how a page is written out (response-budget.ts). */
+  readonly responses: ResponseBudget;
   /** 200 when ready; throws not_ready with the reason otherwise. */
   readonly health: () => Promise<void>;
 }
@@ -57,8 +62,42 @@ const limitParam = (q: URLSearchParams) =>
 export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
   const { write, delivery, metrics, topology } = d;
   const maxBytes = write.maxMessageBytes;
-  const { maxPageBytes } = d;
-  const polls = new PollCount(d.maxPollsPerAgent);
+  const { maxPageBytes, responses } = d;
+  // A parked poll costs a socket and, once woken, a page of up to AGW_MAX_PAGE_BYTES; without a
+  // bound one agent's token could hold thousands (the sidecar keeps 16 at most).
+  const polls = new AgentSlots(
+    d.maxPollsPerAgent,
+    (agent, n) =>
+      new GatewayError(
+        'too_many_polls',
+        `${agent} already has ${n} inbox requests open (AGW_MAX_POLLS_PER_AGENT); retry when one ends`,
+        { retryAfterS: 1 },
+      ),
+  );
+  // A replay, thread or dead-letter read holds a page until its client has taken it.
+  const reads = new AgentSlots(
+    d.maxReadsPerAgent,
+    (agent, n) =>
+      new GatewayError(
+        'too_many_reads',
+        `${agent} already has ${n} replay, thread or dead-letter reads open (AGW_MAX_READS_PER_AGENT); retry when one ends`,
+        { retryAfterS: 1 },
+      ),
+  );
+  /**
+   * A paged read: the caller's slot, then a page's bound of the bytes in flight, both until the
+   * answer is out (or its connection gone); the page read; its parts written as taken.
+   */
+  const paged = async (
+    agent: string,
+    res: ServerResponse,
+    read: () => Promise<string[]>,
+  ): Promise<undefined> => {
+    reads.hold(agent, res);
+    const reservation = responses.reserve(res, maxPageBytes);
+    await responses.send(res, reservation, await read());
+    return undefined;
+  };
 
   /**
    * A poll, after the acks it carries (POST /v1/inbox). Both are queued in the same turn, so
@@ -74,7 +113,7 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
     query: URLSearchParams,
     res: ServerResponse,
     ack?: readonly number[],
-  ): Promise<Answer> => {
+  ): Promise<undefined> => {
     const wait = intParam(query, 'wait', 0, 0, MAX_WAIT_S);
     const max = intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX);
     polls.enter(agent);
@@ -88,9 +127,11 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       );
       const closed = refused === undefined ? gone : Promise.race([gone, refused]);
       const got = await delivery.inbox(agent, wait, max, closed, pageBudget(maxPageBytes));
-      const deliveries = `"deliveries":[${got.join(',')}]}`;
-      if (acking === undefined) return { body: `{${deliveries}` };
-      return { body: `${ackFields(await acking)},${deliveries}` };
+      const head = acking === undefined ? '{' : `${ackFields(await acking)},`;
+      // leased already: counted in the bytes in flight, never refused for them
+      const reservation = responses.reserve(res, 0, true);
+      await responses.send(res, reservation, pageParts(`${head}"deliveries":[`, got, ']}'));
+      return undefined;
     } finally {
       polls.leave(agent);
     }
@@ -147,16 +188,17 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/channels/:name/messages',
       who: 'agent',
-      handler: async ({ ctx, params, query }) => ({
-        body: await readChannel(
-          write,
-          ctx.agent,
-          params.name!,
-          afterParam(query),
-          limitParam(query),
-          maxPageBytes,
+      handler: ({ ctx, params, query, res }) =>
+        paged(ctx.agent, res, () =>
+          readChannel(
+            write,
+            ctx.agent,
+            params.name!,
+            afterParam(query),
+            limitParam(query),
+            maxPageBytes,
+          ),
         ),
-      }),
     }),
     route({
       method: 'GET',
@@ -208,15 +250,16 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       // The operator's view of a conversation: every channel's messages of the thread in commit
       // order. next_after is the store's cursor (opaque to readers: pass it back as `after`),
       // null once a page is empty, as for replay.
-      handler: async ({ params, query }) => {
-        const page = await write.store.threadMessages(
-          params.thread_id!,
-          afterParam(query),
-          limitParam(query),
-          pageBudget(maxPageBytes),
-        );
-        return { body: `{"messages":[${page.messages.join(',')}],"next_after":${page.nextAfter}}` };
-      },
+      handler: ({ ctx, params, query, res }) =>
+        paged(ctx.agent, res, async () => {
+          const page = await write.store.threadMessages(
+            params.thread_id!,
+            afterParam(query),
+            limitParam(query),
+            pageBudget(maxPageBytes),
+          );
+          return pageParts('{"messages":[', page.messages, `],"next_after":${page.nextAfter}}`);
+        }),
     }),
     route({
       method: 'GET',
@@ -255,13 +298,15 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/dead-letters',
       who: 'alerts_to',
-      handler: async ({ query }) => {
-        const limit = limitParam(query);
-        const rows = await delivery.deadLetters(afterParam(query), limit, pageBudget(maxPageBytes));
-        // as for replay: the `after` of the next page, null once a page is empty
-        const next = rows.length === 0 ? null : deadLetterIdOf(rows[rows.length - 1]!);
-        return { body: `{"dead_letters":[${rows.join(',')}],"next_after":${next}}` };
-      },
+      handler: ({ ctx, query, res }) =>
+        paged(ctx.agent, res, async () => {
+          const limit = limitParam(query);
+          const after = afterParam(query);
+          const rows = await delivery.deadLetters(after, limit, pageBudget(maxPageBytes));
+          // as for replay: the `after` of the next page, null once a page is empty
+          const next = rows.length === 0 ? null : deadLetterIdOf(rows[rows.length - 1]!);
+          return pageParts('{"dead_letters":[', rows, `],"next_after":${next}}`);
+        }),
     }),
     route({
       method: 'POST',
@@ -282,32 +327,4 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
 /** An ack's answer as the opening members of a JSON object: `{"acked":[..],...`. */
 function ackFields(a: { acked: unknown; dead_lettered: unknown; unknown: unknown }): string {
   return JSON.stringify(a).slice(0, -1);
-}
-
-/**
- * Concurrent inbox requests per agent. A parked poll costs a socket and, once woken, a page of
- * up to AGW_MAX_PAGE_BYTES; without a bound one agent's token could hold thousands. Past it the
- * request is refused at once with 429 and Retry-After: 1 (the sidecar keeps 16 at most).
- */
-class PollCount {
-  readonly #open = new Map<string, number>();
-  constructor(readonly max: number) {}
-
-  enter(agent: string): void {
-    const n = this.#open.get(agent) ?? 0;
-    if (n >= this.max) {
-      throw new GatewayError(
-        'too_many_polls',
-        `${agent} already has ${n} inbox requests open (AGW_MAX_POLLS_PER_AGENT); retry when one ends`,
-        { retryAfterS: 1 },
-      );
-    }
-    this.#open.set(agent, n + 1);
-  }
-
-  leave(agent: string): void {
-    const n = (this.#open.get(agent) ?? 1) - 1;
-    if (n === 0) this.#open.delete(agent);
-    else this.#open.set(agent, n);
-  }
 }

@@ -13,9 +13,11 @@ import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { listen, sendError } from '../protocol/http.js';
 import { RouteTable } from '../protocol/router.js';
 import type { Store } from '../store/store.js';
+import { ConnectionLimits } from './connection-limits.js';
 import { DeliveryService } from './delivery.js';
 import { GroupCommit } from './group-commit.js';
 import { AdapterMetrics } from './metrics.js';
+import { ResponseBudget } from './response-budget.js';
 import { Retention } from './retention.js';
 import { adapterRoutes, type Caller, type Who } from './routes.js';
 import { allChannels } from './routing.js';
@@ -55,6 +57,10 @@ export interface Adapter {
   readonly integrity: Promise<number>;
   readonly metrics: AdapterMetrics;
   readonly retention: Retention;
+  /** Who holds the connections; its events tell each one closed idle, evicted or refused. */
+  readonly connections: ConnectionLimits;
+  /** The answers in flight; its events tell each one cut for its client and each read refused. */
+  readonly responses: ResponseBudget;
   /** Stops intake, finishes and answers commits in flight, closes the store. */
   close(): Promise<void>;
 }
@@ -106,6 +112,10 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     keepKinds: settings.retentionKeepKinds,
     keepDays: settings.retentionKeepDays,
   });
+  const responses = new ResponseBudget(settings.maxResponseBytes, settings.writeTimeoutMs);
+  responses.on('response:timeout', (bytes) =>
+    logger.warn({ bytes }, 'a client did not take its answer in time; its connection was cut'),
+  );
   let ready = false;
   let closing = false;
   let checkFailed: string | undefined;
@@ -128,6 +138,8 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       maxLeaseMs: settings.maxLeaseMs,
       maxPageBytes: settings.maxPageBytes,
       maxPollsPerAgent: settings.maxPollsPerAgent,
+      maxReadsPerAgent: settings.maxReadsPerAgent,
+      responses,
       // 503 while starting or stopping, once quick_check failed, and while writes keep failing
       // on the storage. Not for a corrupt row (quarantined, the rest is served) nor a storage
       // bound reached (storage_full refuses new messages; everything else works).
@@ -160,6 +172,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
     if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
     const agent = authenticate(topology, req);
+    connections.trust(req.socket);
     if (who === 'alerts_to' && agent !== topology.alertsTo) {
       throw new GatewayError(
         'not_alerts_agent',
@@ -184,6 +197,14 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   // One past the cap is closed at once; 4,096 is far above six agents' sidecars (16 long polls
   // and 16 calls each) and far below the file descriptors a pod gets.
   server.maxConnections = settings.maxConnections;
+  // Within it, what a peer that showed no token may hold (connection-limits.ts).
+  const connections = new ConnectionLimits({
+    maxConnections: settings.maxConnections,
+    reservedPercent: settings.reservedConnectionsPercent,
+    maxPerAddress: settings.maxConnectionsPerAddress,
+    idleMs: settings.unauthenticatedIdleMs,
+  });
+  connections.attach(server);
   server.on('request', (req, res) => {
     inFlight++;
     if (closing) res.setHeader('connection', 'close');
@@ -256,7 +277,16 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     await store.close();
   };
 
-  return { url, ready: readyPromise, integrity, metrics, retention, close };
+  return {
+    url,
+    ready: readyPromise,
+    integrity,
+    metrics,
+    retention,
+    connections,
+    responses,
+    close,
+  };
 }
 
 /** AGW_SEND_RATE / AGW_SEND_BURST, and the agents' own `send_rate` / `send_burst`. */

@@ -105,11 +105,44 @@ export const ADAPTER_SETTINGS = {
   keepAliveTimeoutMs: { env: 'AGW_KEEP_ALIVE_TIMEOUT_MS', default: '65000' },
   /** Open connections at most; one more is closed at once. Default 4096. */
   maxConnections: { env: 'AGW_MAX_CONNECTIONS', default: '4096' },
+  /**
+   * Percent of AGW_MAX_CONNECTIONS that only connections which carried an agent's token may
+   * hold (connection-limits.ts). Default 25 (1,024 of 4,096).
+   */
+  reservedConnectionsPercent: { env: 'AGW_RESERVED_CONNECTIONS_PERCENT', default: '25' },
+  /**
+   * Connections one remote address may hold before any of them carried an agent's token.
+   * Default 256: a sidecar opens 32 at most; a proxy in front of the adapter may need more.
+   */
+  maxConnectionsPerAddress: { env: 'AGW_MAX_CONNECTIONS_PER_ADDRESS', default: '256' },
+  /**
+   * A connection that has carried no agent's token yet is closed after this idle, ms (before
+   * its first request too). Default 5000; AGW_KEEP_ALIVE_TIMEOUT_MS once it has.
+   */
+  unauthenticatedIdleMs: { env: 'AGW_UNAUTHENTICATED_IDLE_MS', default: '5000' },
   /** Concurrent GET /v1/inbox of one agent; past it 429 too_many_polls. Default 32. */
   maxPollsPerAgent: {
     env: 'AGW_MAX_POLLS_PER_AGENT',
     default: String(DEFAULT_MAX_POLLS_PER_AGENT),
   },
+  /**
+   * Concurrent replay, thread and dead-letter reads of one agent, each held until its answer is
+   * out; past it 429 too_many_reads. Default 4.
+   */
+  maxReadsPerAgent: { env: 'AGW_MAX_READS_PER_AGENT', default: '4' },
+  /**
+   * Bytes of answers in flight across the adapter; a replay, thread or dead-letter read takes a
+   * page's bound of it before it reads; past it 503 overloaded. Default 134217728 (128 MiB, 16
+   * pages of 8 MiB: a page costs about three times its bytes while it is read and sent (the
+   * driver's buffer, its rows as strings, the answer), 48 concurrent PostgreSQL replays at 256
+   * MiB took the adapter to 758 MiB, and k8s/ gives it 1 GiB).
+   */
+  maxResponseBytes: { env: 'AGW_MAX_RESPONSE_BYTES', default: String(128 * 1024 * 1024) },
+  /**
+   * A client must have taken a paged answer (replay, threads, dead letters, inbox) within this,
+   * ms, else its connection is cut. Default 30000 (8 MiB at 280 KB/s).
+   */
+  writeTimeoutMs: { env: 'AGW_WRITE_TIMEOUT_MS', default: '30000' },
   /** stdout (default): JSON lines; journald: native entries to AGW_JOURNAL_SOCKET. */
   log: { env: 'AGW_LOG', default: 'stdout' },
   /** journald's native socket: CRIT entries for alerts, and the log with AGW_LOG=journald. */
@@ -180,7 +213,13 @@ export const AdapterSettingsSchema = z
     connectionsCheckingIntervalMs: intSetting(10, 60_000),
     keepAliveTimeoutMs: intSetting(1000, 3_600_000),
     maxConnections: intSetting(16, 1_000_000),
+    reservedConnectionsPercent: intSetting(0, 90),
+    maxConnectionsPerAddress: intSetting(1, 1_000_000),
+    unauthenticatedIdleMs: intSetting(100, 3_600_000),
     maxPollsPerAgent: intSetting(1, 10_000),
+    maxReadsPerAgent: intSetting(1, 10_000),
+    maxResponseBytes: intSetting(65_536, 2 ** 40),
+    writeTimeoutMs: intSetting(100, 3_600_000),
     log: z.enum(['stdout', 'journald'], { error: 'must be stdout or journald' }),
     journalSocket: z.string().min(1, 'must not be empty'),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
@@ -202,6 +241,13 @@ export const AdapterSettingsSchema = z
         code: 'custom',
         path: ['retentionKeepDays'],
         message: `must be 0 (kept for ever) or at least AGW_RETENTION_DAYS (${s.retentionDays}): kept kinds outlive the others`,
+      });
+    }
+    if (s.maxResponseBytes < s.maxPageBytes) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['maxResponseBytes'],
+        message: `must be at least AGW_MAX_PAGE_BYTES (${s.maxPageBytes}): a read takes a page's bound of it`,
       });
     }
     if (s.headersTimeoutMs > s.requestTimeoutMs) {

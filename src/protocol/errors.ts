@@ -40,6 +40,7 @@ export const ERRORS = {
   thread_budget_exceeded: { status: 422, retryable: false },
   rate_limited: { status: 429, retryable: true },
   too_many_polls: { status: 429, retryable: true },
+  too_many_reads: { status: 429, retryable: true },
   overloaded: { status: 503, retryable: true },
   outbox_full: { status: 503, retryable: true },
   adapter_unreachable: { status: 503, retryable: true },

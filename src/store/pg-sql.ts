@@ -264,9 +264,16 @@ export const PG_SQL = {
     SELECT id FROM d`,
 
   // reads
+  // At most $4 rows, and no more of them than reach $5 bytes (octet_length(body) + $6 each, the
+  // first always): octet_length reads a stored body's length, not the body, so rows past the
+  // page's byte bound are never fetched.
   channelMessages: `
-    SELECT id, seq, body, checksum FROM messages
-    WHERE channel = $1 AND seq > $2 AND id <> ALL($3::bigint[]) ORDER BY seq LIMIT $4`,
+    SELECT id, seq, body, checksum FROM (
+      SELECT id, seq, body, checksum,
+        sum(octet_length(body) + $6::int) OVER (ORDER BY seq) - octet_length(body) - $6::int AS before
+      FROM (SELECT id, seq, body, checksum FROM messages
+            WHERE channel = $1 AND seq > $2 AND id <> ALL($3::bigint[]) ORDER BY seq LIMIT $4) m
+    ) w WHERE before < $5::bigint ORDER BY seq`,
   pageDeliveries: `
     SELECT m.message_id, d.state
     FROM (SELECT id, message_id FROM messages
@@ -413,8 +420,14 @@ export const PG_SQL = {
   threadRoot: `
     SELECT id, body, checksum FROM messages
     WHERE received_at = $1 AND message_id = $2 AND thread_id IS NULL AND id > $3`,
+  // as channelMessages: at most $3 rows, no more than reach $4 bytes ($5 more each)
   threadReplies: `
-    SELECT id, body, checksum FROM messages WHERE thread_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
+    SELECT id, body, checksum FROM (
+      SELECT id, body, checksum,
+        sum(octet_length(body) + $5::int) OVER (ORDER BY id) - octet_length(body) - $5::int AS before
+      FROM (SELECT id, body, checksum FROM messages
+            WHERE thread_id = $1 AND id > $2 ORDER BY id LIMIT $3) m
+    ) w WHERE before < $4::bigint ORDER BY id`,
   pruneThreads: `
     DELETE FROM threads WHERE thread_id IN
       (SELECT thread_id FROM threads WHERE last_at < $1 LIMIT $2)`,

@@ -22,6 +22,7 @@ import { PG_MIGRATIONS, PG_SQL, type PgStatement } from './pg-sql.js';
 import { PgThreads } from './pg-threads.js';
 import { type AlertEvent, keyOf, Tx } from './pg-tx.js';
 import { type PgForeignEffects, PgWake, wakePayload } from './pg-wake.js';
+import { ReadSlots } from './read-slots.js';
 import { CommitEffectsLog } from './sqlite-effects.js';
 import { withThreadFields } from './sqlite-threads.js';
 import { messageSize, STORAGE_FULL_RETRY_AFTER_S } from './storage-budget.js';
@@ -177,6 +178,9 @@ export class PgStore implements Store {
       ...this.#config,
       max: opts.readConnections ?? 4,
       idleTimeoutMillis: 30_000,
+      // a read that waits longer for a connection fails (503) instead of hanging: /health
+      // answers within a probe's time whatever holds the pool
+      connectionTimeoutMillis: 5_000,
       application_name: 'agw-read',
     });
     this.#pool.on('error', () => undefined); // an idle client's loss: the next read reconnects
@@ -874,7 +878,7 @@ export class PgStore implements Store {
     maxBytes = Number.POSITIVE_INFINITY,
   ): Promise<string[]> {
     return await fittingAsync(
-      this.#intactMessages(channel, afterSeq, limit),
+      this.#intactMessages(channel, afterSeq, limit, maxBytes),
       (r) => withThreadFields(r.body),
       maxBytes,
     );
@@ -888,7 +892,7 @@ export class PgStore implements Store {
   ): Promise<ThreadPage> {
     const ids: number[] = [];
     const messages = await fittingAsync(
-      this.#intactThread(threadId, after, limit),
+      this.#intactThread(threadId, after, limit, maxBytes),
       (r) => {
         ids.push(r.id);
         return withThreadFields(r.body);
@@ -898,10 +902,24 @@ export class PgStore implements Store {
     return { messages, nextAfter: messages.length === 0 ? null : ids[messages.length - 1]! };
   }
 
-  async *#intactThread(threadId: string, after: number, limit: number): AsyncGenerator<BodyRow> {
+  async *#intactThread(
+    threadId: string,
+    after: number,
+    limit: number,
+    maxBytes: number,
+  ): AsyncGenerator<BodyRow> {
     if (limit <= 0) return;
     let left = limit;
-    for await (const r of this.#threads.rows(this.#pool, threadId, after, Math.min(limit, 256))) {
+    const rows = this.#threads.rows(
+      (run) => this.#pageReads.run(run),
+      this.#pool,
+      threadId,
+      after,
+      Math.min(limit, 256),
+      maxBytes,
+      PAGE_ITEM_OVERHEAD,
+    );
+    for await (const r of rows) {
       if (!this.#intact(r, true)) continue;
       yield r;
       if (--left === 0) return;
@@ -910,35 +928,58 @@ export class PgStore implements Store {
 
   /**
    * The first `limit` messages of a channel after `afterSeq` that pass their checksum, read in
-   * growing chunks (a byte-bounded page reads little past its end); one that fails is skipped
-   * and the window reaches past it.
+   * growing chunks of rows, each no larger than what is left of `maxBytes` (and one row past
+   * it, which ends the page): a page holds little more than its bound. Before, chunks of 16 then
+   * 64 whole rows of 256 KiB fetched about 20 MiB for an 8 MiB page. One that fails its
+   * checksum is skipped and the window reaches past it. Each chunk waits for a page read's slot.
    */
   async *#intactMessages(
     channel: string,
     afterSeq: number,
     limit: number,
+    maxBytes: number,
   ): AsyncGenerator<ChannelRow> {
     let after = afterSeq;
     let left = limit;
+    let bytes = Math.min(maxBytes, Number.MAX_SAFE_INTEGER);
     let chunk = 16;
     while (left > 0) {
       const want = Math.min(left, chunk);
       chunk = Math.min(chunk * 4, 1024);
-      const rows = await this.#read<ChannelRow>('channelMessages', [
+      // a bound of 0 still reads the first row (a page holds one however large)
+      const values = [
         channel,
         after,
         this.#corruptIds,
         want,
-      ]);
+        Math.max(bytes, 1),
+        PAGE_ITEM_OVERHEAD,
+      ];
+      const rows = await this.#pageReads.run(() =>
+        this.#read<ChannelRow>('channelMessages', values),
+      );
       for (const r of rows) {
         after = r.seq;
+        bytes -= Buffer.byteLength(r.body) + PAGE_ITEM_OVERHEAD;
         if (!this.#intact(r, true)) continue;
         left--;
         yield r;
       }
-      if (rows.length < want) return;
+      if (rows.length < want || bytes <= 0) return;
     }
   }
+
+  /**
+   * Page reads (replay, threads, dead letters) hold at most all but one of the read pool's
+   * connections at once: /health's ping and a send's `isStored` always find one free
+   * (read-slots.ts).
+   */
+  get #pageReads(): ReadSlots {
+    this.#pageSlots ??= new ReadSlots(Math.max(1, (this.#pool.options.max ?? 4) - 1));
+    return this.#pageSlots;
+  }
+
+  #pageSlots: ReadSlots | undefined;
 
   async pageDeliveries(
     reader: string,
@@ -947,13 +988,16 @@ export class PgStore implements Store {
     limit: number,
   ): Promise<Record<string, DeliveryStateName>> {
     const out: Record<string, DeliveryStateName> = {};
-    const rows = await this.#read<{ message_id: string; state: DeliveryState }>('pageDeliveries', [
-      channel,
-      afterSeq,
-      this.#corruptIds,
-      limit,
-      reader,
-    ]);
+    // part of a replay page: it waits for a page read's slot as the page did
+    const rows = await this.#pageReads.run(() =>
+      this.#read<{ message_id: string; state: DeliveryState }>('pageDeliveries', [
+        channel,
+        afterSeq,
+        this.#corruptIds,
+        limit,
+        reader,
+      ]),
+    );
     for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
     return out;
   }
@@ -991,7 +1035,9 @@ export class PgStore implements Store {
       while (left > 0) {
         const want = Math.min(left, chunk);
         chunk = Math.min(chunk * 4, 1024);
-        const got = await self.#read<DeadRow>('deadLetters', [from, want]);
+        const got = await self.#pageReads.run(() =>
+          self.#read<DeadRow>('deadLetters', [from, want]),
+        );
         for (const r of got) {
           from = r.id;
           left--;

@@ -117,24 +117,39 @@ export class PgThreads {
     tx.write('pruneThreads', [before, limit]);
   }
 
-  /** A thread's stored messages after `after`, in commit order, `chunk` at a time. */
+  /**
+   * A thread's stored messages after `after`, in commit order, `chunk` at a time, and no more
+   * than reach `maxBytes` (each counted with `perItem` beside it; the first always): a page's
+   * byte bound, so that a chunk of 256 bodies of 256 KiB (64 MiB) is never fetched for an 8 MiB
+   * page. `read` runs each query (a page read's slot of the pool).
+   */
   async *rows(
+    read: <R>(run: () => Promise<R>) => Promise<R>,
     db: pg.Pool,
     threadId: string,
     after: number,
     chunk: number,
+    maxBytes: number,
+    perItem: number,
   ): AsyncGenerator<ThreadRow> {
     const at = uuidv7Time(threadId);
     if (at === undefined) return;
-    const q = async (name: 'threadRoot' | 'threadReplies', values: unknown[]) =>
-      (await db.query<ThreadRow>({ name, text: PG_SQL[name], values })).rows;
+    const q = (name: 'threadRoot' | 'threadReplies', values: unknown[]) =>
+      read(async () => (await db.query<ThreadRow>({ name, text: PG_SQL[name], values })).rows);
+    let left = Math.min(maxBytes, Number.MAX_SAFE_INTEGER);
     const [root] = await q('threadRoot', [at, threadId, after]);
-    if (root !== undefined) yield root;
+    if (root !== undefined) {
+      left -= Buffer.byteLength(root.body) + perItem;
+      yield root;
+    }
     let from = after;
-    for (;;) {
-      const rows = await q('threadReplies', [threadId, from, chunk]);
+    // without a root, a bound of 0 still reads the first reply (a page holds one however large)
+    if (root === undefined) left = Math.max(left, 1);
+    while (left > 0) {
+      const rows = await q('threadReplies', [threadId, from, chunk, left, perItem]);
       for (const r of rows) {
         from = r.id;
+        left -= Buffer.byteLength(r.body) + perItem;
         yield r;
       }
       if (rows.length < chunk) return;

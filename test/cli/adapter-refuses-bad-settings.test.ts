@@ -49,6 +49,20 @@ describe('bad settings', () => {
       [],
       ['AGW_RETENTION_KEEP_DAYS', 'at least AGW_RETENTION_DAYS (30)'],
     ],
+    [
+      { AGW_RESERVED_CONNECTIONS_PERCENT: '95' },
+      [],
+      ['AGW_RESERVED_CONNECTIONS_PERCENT', 'integer from 0 to 90'],
+    ],
+    [{ AGW_MAX_CONNECTIONS_PER_ADDRESS: '0' }, [], ['AGW_MAX_CONNECTIONS_PER_ADDRESS', 'integer']],
+    [{ AGW_UNAUTHENTICATED_IDLE_MS: '5s' }, [], ['AGW_UNAUTHENTICATED_IDLE_MS', '"5s"']],
+    [{ AGW_MAX_READS_PER_AGENT: '0' }, [], ['AGW_MAX_READS_PER_AGENT', 'integer from 1']],
+    [
+      { AGW_MAX_RESPONSE_BYTES: '1048576' },
+      [],
+      ['AGW_MAX_RESPONSE_BYTES', 'at least AGW_MAX_PAGE_BYTES (8388608)'],
+    ],
+    [{}, ['--write-timeout-ms', '10'], ['AGW_WRITE_TIMEOUT_MS (--write-timeout-ms)', 'integer']],
   ] as const)('%o %o is refused', async (env, args, parts) => {
     expectOneLine(
       await runCli(['adapter', '--topology', topology, '--db', db, ...args], env),
