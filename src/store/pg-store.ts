@@ -1282,10 +1282,13 @@ function mib(bytes: number): string {
 /** SQLSTATE of a lock wait that ran past lock_timeout. */
 const LOCK_NOT_AVAILABLE = '55P03';
 
-/** The connection went away (no SQLSTATE from the server, or a class 08 / 57P0x one). */
+/**
+ * The connection went away or could not be made: a class 08 / 57P0x SQLSTATE, a socket error
+ * (ECONNREFUSED while the server is down, ECONNRESET, EPIPE, ETIMEDOUT...), or no code at all.
+ */
 function isConnectionLoss(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string') return /^(08|57P0)/.test(code);
+  if (typeof code === 'string') return /^(08|57P0|E[A-Z]+$)/.test(code);
   return err instanceof Error && /connection|terminated|ECONN|EPIPE/i.test(err.message);
 }
 
