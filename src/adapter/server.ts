@@ -12,7 +12,7 @@ import type { SdNotify } from '../journald/sd-notify.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { listen, sendError } from '../protocol/http.js';
 import { RouteTable } from '../protocol/router.js';
-import type { Store } from '../store/store.js';
+import { StorageFailure, type Store } from '../store/store.js';
 import { ConnectionLimits } from './connection-limits.js';
 import { DeliveryService } from './delivery.js';
 import { GroupCommit } from './group-commit.js';
@@ -217,6 +217,16 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
         return;
       }
       if (isGatewayError(err)) return sendError(res, err);
+      if (err instanceof StorageFailure) {
+        // a read the store could not make (PostgreSQL down or restarting, a timeout): the
+        // same request may succeed shortly, as a failed commit's storage_error says
+        return sendError(
+          res,
+          new GatewayError('storage_error', `the message store could not be read; retry`, {
+            cause: err,
+          }),
+        );
+      }
       logger.error({ err, method: req.method, url: req.url }, 'request failed');
       sendError(res, new GatewayError('internal', 'the adapter failed to handle the request'));
     });

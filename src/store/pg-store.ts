@@ -93,6 +93,47 @@ const SWEEP_CHUNK = 500;
 /** Tries of a group that lost a race (serialization, deadlock, a unique key) before it fails. */
 const MAX_TRIES = 5;
 const RETRIED = new Set(['40001', '40P01', '23505']);
+
+/**
+ * How long a statement waits for a row or advisory lock before PostgreSQL aborts it (55P03):
+ * 2 s. A healthy group holds its locks for a few ms (two round trips, docs/design/postgres.md),
+ * so a wait this long means the holder is stuck: a replica SIGSTOPped, paused or partitioned in
+ * the middle of a transaction (security review N-3: 11-20 s stalls of unrelated sends). Short
+ * enough that LOCK_TRIES waits (4 s) and a retry by the sidecar fit its 10 s call timeout.
+ */
+const LOCK_TIMEOUT_MS = 2000;
+/** Tries of a group whose lock wait timed out, before it fails as a StorageFailure (503). */
+const LOCK_TRIES = 2;
+/**
+ * A commit connection's statement: 5 s, past a lock wait (2 s) and any group's work (ms), short
+ * of the sidecar's 10 s timeout, so a server that stalls (I/O, a full WAL disk) answers 503.
+ */
+const COMMIT_STATEMENT_TIMEOUT_MS = 5000;
+/** A read (replay, thread page, status): 10 s, the sidecar's call timeout; nobody waits longer. */
+const READ_STATEMENT_TIMEOUT_MS = 10_000;
+/**
+ * A session idle inside a transaction is ended by the server after 5 s. Ours never idle there
+ * (a group is pipelined: its statements are sent at once), so only a frozen replica is: its
+ * locks go after 5 s instead of until TCP notices (2 h by default) or it is thawed.
+ */
+const IDLE_IN_TRANSACTION_MS = 5000;
+/** Connecting: 5 s, so that a server that accepts and never answers cannot hang a commit. */
+const CONNECT_TIMEOUT_MS = 5000;
+/**
+ * TCP keepalive on every connection, first probe after 10 s idle: a server lost without a RST
+ * (a partition, a VM gone) is noticed by the probes instead of never (the LISTEN connection is
+ * idle for long). Node sets only the idle time; the interval and count are the kernel's
+ * (net.ipv4.tcp_keepalive_intvl, _probes); the server's side is its tcp_keepalives_* settings.
+ */
+const KEEPALIVE_IDLE_MS = 10_000;
+/**
+ * /health turns 503 while a commit has been running longer than this: 2 s, the lock timeout.
+ * Groups commit in ms; one that runs this long waits on a lock or on a server that does not
+ * answer, and every write of this adapter waits behind it. A slow commit that passes (a large
+ * prune) costs at most a probe or two: the readiness probe (k8s/base/adapter.yaml, every 5 s)
+ * takes a replica out after 3 failures in a row, so only a stall of ~15 s does.
+ */
+const COMMIT_STALL_MS = LOCK_TIMEOUT_MS;
 /** The sum of stored bytes is read again after this long, ms, or when near the bound. */
 const USED_EVERY_MS = 1000;
 
@@ -160,7 +201,13 @@ export class PgStore implements Store {
   #usedAt = Number.NEGATIVE_INFINITY;
 
   constructor(url: string, opts: PgStoreOptions) {
-    this.#config = { connectionString: url, types: TYPES as pg.ClientConfig['types'] };
+    this.#config = {
+      connectionString: url,
+      types: TYPES as pg.ClientConfig['types'],
+      keepAlive: true,
+      keepAliveInitialDelayMillis: KEEPALIVE_IDLE_MS,
+      connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    };
     this.#messageSync = opts.sync ?? 'full';
     this.safetyPollMs = opts.safetyPollMs ?? 1000;
     this.#cfg = {
@@ -182,6 +229,9 @@ export class PgStore implements Store {
       // answers within a probe's time whatever holds the pool
       connectionTimeoutMillis: 5_000,
       application_name: 'agw-read',
+      statement_timeout: READ_STATEMENT_TIMEOUT_MS,
+      lock_timeout: LOCK_TIMEOUT_MS,
+      idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS,
     });
     this.#pool.on('error', () => undefined); // an idle client's loss: the next read reconnects
     this.#wake = new PgWake(this.#config, this.instance);
@@ -203,7 +253,14 @@ export class PgStore implements Store {
    * (they share the commit connection, so they could not interleave).
    */
   commit(ops: readonly StoreOp[]): Promise<Committed> {
-    const run = this.#commitChain.then(() => this.#commit(ops));
+    const run = this.#commitChain.then(async () => {
+      this.#commitSince = Date.now();
+      try {
+        return await this.#commit(ops);
+      } finally {
+        this.#commitSince = undefined;
+      }
+    });
     this.#commitChain = run.then(
       () => undefined,
       () => undefined,
@@ -212,6 +269,8 @@ export class PgStore implements Store {
   }
 
   #commitChain: Promise<void> = Promise.resolve();
+  /** When the commit running now began (Date.now()); undefined while none runs. */
+  #commitSince: number | undefined;
 
   async #commit(ops: readonly StoreOp[]): Promise<Committed> {
     if (this.#closed) throw new StorageFailure('the PostgreSQL store is closed');
@@ -275,6 +334,7 @@ export class PgStore implements Store {
    * StorageFailure.
    */
   async #transaction(generic: boolean, body: (tx: Tx) => Promise<void>): Promise<Tx> {
+    let lockWaits = 0;
     for (let attempt = 1; ; attempt++) {
       const counted = { ...this.stats, deadLetters: { ...this.stats.deadLetters } };
       const unreported = new Set(this.#unreported);
@@ -283,10 +343,12 @@ export class PgStore implements Store {
       try {
         await body(tx);
         tx.finish(wakePayload(this.instance, tx.fx.woken, tx.fx.timingChanged));
-        // A transaction that wrote a message waits for its WAL flush (and a synchronous
-        // standby's) at AGW_SYNC=full; the others do not, and the next one that does flushes
-        // theirs too (docs/design/durability.md).
-        await tx.commit(this.#messageSync === 'full' && tx.wroteMessage);
+        // A transaction that wrote a message, an ack or a dead letter by nack waits for its
+        // WAL flush (and a synchronous standby's) at AGW_SYNC=full: their 2xx promise that a
+        // crash of the server takes nothing back. The others (leases, extensions, heartbeats,
+        // retried nacks, sweeps) do not: losing one is a redelivery, and the next synchronous
+        // commit flushes theirs too, the WAL being one sequence (docs/design/durability.md).
+        await tx.commit(this.#messageSync === 'full' && (tx.wroteMessage || tx.wroteAck));
         for (const id of tx.created) this.#known.add(id);
         this.#usedAdded += tx.addedBytes;
         return tx;
@@ -300,6 +362,15 @@ export class PgStore implements Store {
         }
         if (isConnectionLoss(err)) this.#clientBroken = true;
         const code = (err as { code?: unknown }).code;
+        if (code === LOCK_NOT_AVAILABLE) {
+          // a holder stuck mid-transaction: tried again (it may be gone: its session ended
+          // by idle_in_transaction_session_timeout), then answered 503 so the sender retries
+          if (++lockWaits < LOCK_TRIES && attempt < MAX_TRIES) continue;
+          throw new StorageFailure(
+            `a lock wait timed out ${lockWaits} times (lock_timeout ${LOCK_TIMEOUT_MS} ms): another session holds a row this group needs`,
+            { cause: err },
+          );
+        }
         if (typeof code === 'string' && RETRIED.has(code) && attempt < MAX_TRIES) continue;
         throw storageFailureOf(err) ?? err;
       }
@@ -313,7 +384,14 @@ export class PgStore implements Store {
     if (old !== undefined) await old.end().catch(() => undefined);
     // pipelined: a transaction's statements are sent without waiting for the ones before
     // (pg-tx.ts), so a group costs a few round trips whatever its size
-    const c = new pg.Client({ ...this.#config, application_name: 'agw-commit', pipeline: true });
+    const c = new pg.Client({
+      ...this.#config,
+      application_name: 'agw-commit',
+      pipeline: true,
+      statement_timeout: COMMIT_STATEMENT_TIMEOUT_MS,
+      lock_timeout: LOCK_TIMEOUT_MS,
+      idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS,
+    } as pg.ClientConfig);
     c.on('error', () => {
       this.#clientBroken = true;
     });
@@ -457,8 +535,10 @@ export class PgStore implements Store {
       case 'lease':
         return await this.#lease(tx, op, op.agent, op.max, op.now, op.maxBytes);
       case 'ack':
+        tx.wroteAck ||= op.ids.length > 0;
         return await this.#deliveries.ack(tx, op.agent, op.ids);
       case 'nack':
+        tx.wroteAck ||= op.ids.length > 0 && op.retry === false;
         return await this.#deliveries.nack(tx, op.agent, op.ids, op.now, op.retry, op.reason);
       case 'extend':
         return await this.#deliveries.extend(tx, op.agent, op.ids, op.extendMs, op.now);
@@ -1127,6 +1207,12 @@ export class PgStore implements Store {
   }
 
   async ping(): Promise<void> {
+    const since = this.#commitSince;
+    if (since !== undefined && Date.now() - since > COMMIT_STALL_MS) {
+      throw new Error(
+        `a commit has been running for ${((Date.now() - since) / 1000).toFixed(1)} s (a lock held by another session, or a server that does not answer): writes wait behind it`,
+      );
+    }
     let version: number | null | undefined;
     try {
       const r = await this.#pool.query<{ version: number | null }>(PG_SQL.schemaVersion);
@@ -1174,6 +1260,17 @@ export class PgStore implements Store {
 
 /** Numbered migrations, under a session advisory lock: replicas starting together run them once. */
 async function migrate(c: pg.Client): Promise<void> {
+  // a replica waits here for another's migration, and a migration may take long on a big
+  // table: neither is bounded by the commit connection's timeouts, which come back after
+  await c.query('SET lock_timeout = 0; SET statement_timeout = 0');
+  try {
+    await migrateUnderLock(c);
+  } finally {
+    await c.query('RESET lock_timeout; RESET statement_timeout').catch(() => undefined);
+  }
+}
+
+async function migrateUnderLock(c: pg.Client): Promise<void> {
   await c.query(PG_SQL.migrateLock);
   try {
     await c.query(PG_SQL.createSchemaTable);
@@ -1231,10 +1328,16 @@ function mib(bytes: number): string {
   return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
 }
 
-/** The connection went away (no SQLSTATE from the server, or a class 08 / 57P0x one). */
+/** SQLSTATE of a lock wait that ran past lock_timeout. */
+const LOCK_NOT_AVAILABLE = '55P03';
+
+/**
+ * The connection went away or could not be made: a class 08 / 57P0x SQLSTATE, a socket error
+ * (ECONNREFUSED while the server is down, ECONNRESET, EPIPE, ETIMEDOUT...), or no code at all.
+ */
 function isConnectionLoss(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string') return /^(08|57P0)/.test(code);
+  if (typeof code === 'string') return /^(08|57P0|E[A-Z]+$)/.test(code);
   return err instanceof Error && /connection|terminated|ECONN|EPIPE/i.test(err.message);
 }
 
@@ -1245,7 +1348,10 @@ function isConnectionLoss(err: unknown): boolean {
 function storageFailureOf(err: unknown): StorageFailure | undefined {
   if (err instanceof StorageFailure) return err;
   const code = (err as { code?: unknown } | null)?.code;
-  const storage = typeof code === 'string' ? /^(53|58|08|57P0)/.test(code) : false;
+  // 57014: a statement ran past statement_timeout; 25P03: the session idled in a transaction
+  // 3D000, 28xxx: the database is gone, or our role may no longer connect (no request can do)
+  const storage =
+    typeof code === 'string' ? /^(53|58|08|57P0|57014|25P03|3D000|28)/.test(code) : false;
   if (!storage && !isConnectionLoss(err)) return undefined;
   return new StorageFailure(`${code ?? 'connection'}: ${(err as Error).message}`, { cause: err });
 }

@@ -146,6 +146,12 @@ export class Tx {
   inserted = 0;
   /** A message was written (its commit is then synchronous at AGW_SYNC=full). */
   wroteMessage = false;
+  /**
+   * An ack or a final nack (dead letter) was applied: its commit is synchronous at
+   * AGW_SYNC=full too, since a delivery acked with a 2xx must never be handed over again, also
+   * after a crash of the database server (CONTRACT.md, AGW_SYNC).
+   */
+  wroteAck = false;
   /** Bytes of messages this transaction stored, less what it pruned (the size bound). */
   addedBytes = 0;
   /** Where raised alerts go; the alerts transaction folds them at once instead. */

@@ -13,7 +13,11 @@
  *   each; one replica at a time is killed and restarted on its own port (a sidecar's adapter
  *   URL is fixed), its sidecars' messages waiting in their outboxes meanwhile, while the other
  *   replicas go on serving (deliveries leased through the killed one come back when their
- *   leases run out, through whichever replica sweeps them).
+ *   leases run out, through whichever replica sweeps them). The database is on a PostgreSQL
+ *   server of the soak's own (test/helpers/pg-server.ts), and one kill in three SIGKILLs that
+ *   server instead (postmaster and backends), restarting it on its directory (crash recovery).
+ *   Meanwhile the replicas answer 503 with Retry-After and the sidecars queue; the soak reports
+ *   how long each replica took from the restart to its first commit and to /health 200.
  *
  *   AGW_CHAOS_SECONDS=600 npx vitest run test/chaos     (CI: 90 s SQLite, 80 s replicas)
  *   AGW_CHAOS_REPLICA_SECONDS sets the replicas mode's alone (default: AGW_CHAOS_SECONDS, else 80).
@@ -25,7 +29,8 @@ import pg from 'pg';
 import { afterAll, expect, it } from 'vitest';
 import { GatewayClient } from '../../src/client/index.js';
 import { type ChildProcessOfCli, spawnAdapter, spawnSidecar } from '../helpers/cli.js';
-import { type ReplicaSet, startReplicaSet } from '../helpers/replicas.js';
+import { PgServer } from '../helpers/pg-server.js';
+import { type ReplicaSet, startReplicaSet, waitFor } from '../helpers/replicas.js';
 import { AGENTS, CHANNELS, tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
 
 const SECONDS = Number(process.env.AGW_CHAOS_SECONDS ?? 90);
@@ -39,11 +44,13 @@ const DELIVERY_ARGS = ['--lease-ms', '3000', '--retry-base-ms', '200', '--max-re
 const { dir, cleanup } = tempDir('agw-chaos-');
 const all: ChildProcessOfCli[] = [];
 const replicaSets: ReplicaSet[] = [];
+const servers: PgServer[] = [];
 afterAll(async () => {
   for (const p of all)
     if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
   await Promise.all(all.map((p) => p.exited));
   for (const set of replicaSets) await set.cleanup();
+  for (const server of servers) await server.stop(); // (cleanup stopped it already: no-op)
   cleanup();
 }, 60_000);
 
@@ -136,16 +143,173 @@ async function sqliteAdapter(): Promise<Adapters> {
   };
 }
 
-/** Three adapters on one PostgreSQL database; the sidecars spread over them, two each. */
+/** One kill in three of the replicas mode is of the PostgreSQL server instead of a replica. */
+const SERVER_KILL_EVERY = 3;
+/** A request to an adapter while its database is down must be answered within this, ms. */
+const ANSWER_WITHIN_MS = 20_000;
+
+/** What the replicas mode saw of its server's crashes: checked by its test after the soak. */
+const serverOutages = {
+  kills: 0,
+  /** Answers while the server was down, by kind (`send 503`, `health 503`, ...). */
+  answers: new Map<string, number>(),
+  /** What broke a rule: a 500, a hang, a 2xx without Retry-After... */
+  problems: [] as string[],
+  /** Keys of probe sends answered 2xx (each must be stored once). */
+  committed: [] as string[],
+  /** Per restart: ms from the server answering again to every replica's first 2xx commit (a heartbeat) and /health 200. */
+  recoveries: [] as { commitMs: number; healthMs: number }[],
+};
+
+/** A request with a deadline; a hang past it is a problem, not a test timeout. */
+async function answerOf(
+  url: string,
+  method: string,
+  path: string,
+  agent?: string,
+  body?: object,
+): Promise<{ status: number; retryAfter: string | null; error?: string } | 'hang' | 'refused'> {
+  try {
+    const res = await fetch(url + path, {
+      method,
+      headers: {
+        'content-type': 'application/json',
+        ...(agent === undefined ? {} : { authorization: `Bearer ${tokenOf(agent)}` }),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(ANSWER_WITHIN_MS),
+    });
+    const text = await res.text();
+    let error: string | undefined;
+    try {
+      error = (JSON.parse(text) as { error?: string }).error;
+    } catch {}
+    return { status: res.status, retryAfter: res.headers.get('retry-after'), error };
+  } catch (err) {
+    return (err as Error).name === 'TimeoutError' ? 'hang' : 'refused';
+  }
+}
+
+/**
+ * A send of pm's to @orchestrator, made only while the server is down: it must be refused (were
+ * it taken, orchestrator's receiver would count a message without an id, and the check below
+ * would name it).
+ */
+const probeSend = (url: string, key: string) =>
+  answerOf(url, 'POST', '/v1/messages', 'pm', {
+    idempotency_key: key,
+    to: '@orchestrator',
+    kind: 'status',
+    payload: { probe: key },
+  });
+
+/**
+ * Three adapters on one database of a PostgreSQL server of the soak's own (pg-server.ts); the
+ * sidecars spread over them, two each. Every SERVER_KILL_EVERY-th kill SIGKILLs the server
+ * (postmaster and backends) instead of a replica: while it is down each replica must answer a
+ * send and /health with 503 and Retry-After, within ANSWER_WITHIN_MS; restarted on its
+ * directory (crash recovery), each replica must commit again and report 200 by itself.
+ */
 async function replicaAdapters(): Promise<Adapters> {
-  const set = await startReplicaSet(DELIVERY_ARGS);
+  const server = await PgServer.create();
+  servers.push(server);
+  const dbUrl = await server.createDatabase('agw_soak');
+  const set = await startReplicaSet(DELIVERY_ARGS, 3, {
+    db: { url: dbUrl, drop: () => server.stop() },
+  });
   replicaSets.push(set);
   const { replicas } = set;
   const urls = [0, 1, 2].map((i) => replicas.urlOf(i));
+  let kills = 0;
+
+  const probeWhileDown = async () => {
+    await Promise.all(
+      replicas.liveSlots().map(async (i) => {
+        const url = replicas.urlOf(i);
+        const key = randomUUID();
+        const checks = [
+          ['send', await probeSend(url, key)],
+          ['health', await answerOf(url, 'GET', '/health')],
+          ['replay', await answerOf(url, 'GET', '/v1/channels/@qa/messages?after=0', 'qa')],
+        ] as const;
+        for (const [what, a] of checks) {
+          if (typeof a === 'string') {
+            serverOutages.problems.push(`replica ${i}: ${what} while the server was down: ${a}`);
+            continue;
+          }
+          const name = `${what} ${a.status}${a.error ? ` ${a.error}` : ''}`;
+          serverOutages.answers.set(name, (serverOutages.answers.get(name) ?? 0) + 1);
+          if (a.status < 300) {
+            // the server may have been back already (it is not: the kill is awaited above)
+            if (what === 'send') serverOutages.committed.push(key);
+            if (what !== 'replay')
+              serverOutages.problems.push(
+                `replica ${i}: ${what} answered ${a.status} while the server was down`,
+              );
+          } else if (a.status !== 503 || a.retryAfter === null) {
+            serverOutages.problems.push(
+              `replica ${i}: ${what} answered ${a.status} (${a.error}) with Retry-After ${a.retryAfter}`,
+            );
+          }
+        }
+      }),
+    );
+  };
+
+  /** From the server answering again: each replica's first 2xx send, and its /health 200. */
+  const recovery = async () => {
+    const t0 = Date.now();
+    let commitMs = 0;
+    let healthMs = 0;
+    await Promise.all(
+      replicas.liveSlots().map(async (i) => {
+        const url = replicas.urlOf(i);
+        // a heartbeat: a commit (the agents row) whose message nobody receives
+        await waitFor(`replica ${i} to commit again after the server's restart`, async () => {
+          const a = await answerOf(url, 'POST', '/v1/heartbeat', 'orchestrator', {});
+          if (typeof a === 'string' || a.status >= 300) return false;
+          commitMs = Math.max(commitMs, Date.now() - t0);
+          return true;
+        });
+        await waitFor(`replica ${i}'s /health to turn 200 after the server's restart`, async () => {
+          const a = await answerOf(url, 'GET', '/health');
+          if (typeof a === 'string' || a.status !== 200) return false;
+          healthMs = Math.max(healthMs, Date.now() - t0);
+          return true;
+        });
+      }),
+    );
+    serverOutages.recoveries.push({ commitMs, healthMs });
+    // and each replica listens again (pg-wake.ts reconnected): one agw-listen session each
+    await waitFor('every replica to LISTEN again', async () => {
+      const c = new pg.Client({ connectionString: dbUrl });
+      await c.connect();
+      try {
+        const { rows } = await c.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'agw-listen' AND datname = current_database()",
+        );
+        return rows[0].n === replicas.liveSlots().length;
+      } finally {
+        await c.end();
+      }
+    });
+  };
+
   return {
     mode: 'PostgreSQL, three replicas',
     urlFor: (n) => urls[n % urls.length]!,
     async kill() {
+      kills++;
+      // the 1st, 4th, 7th...: a short soak (AGW_CHAOS_REPLICA_SECONDS=40: a kill or two) has one
+      if (kills % SERVER_KILL_EVERY === 1) {
+        await server.crash();
+        serverOutages.kills++;
+        await probeWhileDown();
+        return async () => {
+          await server.start(); // crash recovery on the same directory
+          await recovery();
+        };
+      }
       const victim = pick(replicas.liveSlots());
       await replicas.kill(victim);
       return async () => {
@@ -172,6 +336,17 @@ async function replicaAdapters(): Promise<Adapters> {
           reason: d.reason,
           id: payloadId(typeof d.body === 'string' ? d.body : JSON.stringify(d.body)),
         }));
+        // every probe answered 2xx is stored, once
+        const { rows } = await conn.query(
+          "SELECT idempotency_key AS key, count(*)::int AS n FROM messages WHERE sender = 'pm' AND idempotency_key = ANY($1) GROUP BY idempotency_key",
+          [serverOutages.committed],
+        );
+        const stored = new Map(rows.map((r: { key: string; n: number }) => [r.key, r.n]));
+        for (const key of serverOutages.committed)
+          if (stored.get(key) !== 1)
+            serverOutages.problems.push(
+              `probe ${key} answered 2xx, stored ${stored.get(key) ?? 0} times`,
+            );
         return { channels, dead };
       } finally {
         await conn.end();
@@ -387,8 +562,16 @@ it(`keeps every accepted message through ${SECONDS} s of kills`, {
   await soak(SECONDS, await sqliteAdapter());
 });
 
-it(`keeps every accepted message through ${REPLICA_SECONDS} s of replica kills (PostgreSQL)`, {
-  timeout: (REPLICA_SECONDS + 240) * 1000,
+it(`keeps every accepted message through ${REPLICA_SECONDS} s of replica and PostgreSQL server kills`, {
+  timeout: (REPLICA_SECONDS + 300) * 1000,
 }, async () => {
   await soak(REPLICA_SECONDS, await replicaAdapters());
+  const { kills, answers, problems, recoveries } = serverOutages;
+  console.log(
+    `chaos soak (PostgreSQL server kills): ${kills} server kills; answers while down: ${JSON.stringify(Object.fromEntries(answers))}; ` +
+      `recovery from the server's restart (first 2xx commit / /health 200 of every replica, ms): ${recoveries.map((r) => `${r.commitMs}/${r.healthMs}`).join(', ')}`,
+  );
+  expect(kills).toBeGreaterThanOrEqual(1);
+  expect(recoveries).toHaveLength(kills);
+  expect(problems).toEqual([]);
 });

@@ -147,14 +147,18 @@ export interface ReplicaSet {
 
 /**
  * Starts `count` (3) replicas together (they run the migrations at once, under the store's
- * advisory lock) on a fresh database from test/helpers/pg.ts, with `args` added to each.
+ * advisory lock) on a fresh database from test/helpers/pg.ts (or `db`: one on a server of the
+ * test's own, pg-server.ts), with `args` added to each.
  */
 export async function startReplicaSet(
   args: readonly string[] = [],
   count = 3,
-  { start = true } = {},
+  {
+    start = true,
+    db: given,
+  }: { start?: boolean; db?: { url: string; drop(): Promise<void> } } = {},
 ): Promise<ReplicaSet> {
-  const db = await testDatabase();
+  const db = given ?? (await testDatabase());
   const { dir, cleanup: rm } = tempDir('agw-replicas-');
   const topology = writeTopology(dir);
   const replicas = new Replicas(['--topology', topology, '--db', db.url, ...args], count);

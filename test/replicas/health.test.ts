@@ -2,8 +2,10 @@
  * /health on PostgreSQL asks the database each time: 200 while it answers at the schema version
  * this adapter knows; 503 naming the version when the schema is another (a newer replica
  * migrated it during a rolling update); 503 naming the database when it does not answer.
+ * Meanwhile its reads and writes answer 503 `storage_error` with Retry-After, not 500.
  * An in-process adapter on a real database of its own.
  */
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterEach, expect, it } from 'vitest';
 import { startTestAdapter } from '../helpers/adapter.js';
@@ -42,4 +44,15 @@ it('turns 503 when the database does not answer', async () => {
   const r = await call(a.url, 'GET', '/health');
   expect(r.status).toBe(503);
   expect(r.body.message).toMatch(/^store: PostgreSQL does not answer/);
+  // and its reads and writes are retryable 503s with Retry-After, never a 500
+  const reads = await call(a.url, 'GET', '/v1/channels/@qa/messages?after=0', { agent: 'qa' });
+  const writes = await call(a.url, 'POST', '/v1/messages', {
+    agent: 'pm',
+    body: { idempotency_key: randomUUID(), to: '@qa', kind: 'status', payload: {} },
+  });
+  for (const answer of [reads, writes]) {
+    expect(answer.status).toBe(503);
+    expect(answer.body.error).toBe('storage_error');
+    expect(Number(answer.headers.get('retry-after'))).toBeGreaterThan(0);
+  }
 });
