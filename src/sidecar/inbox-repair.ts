@@ -221,8 +221,8 @@ export class InboxRepair {
       const last = marks.get(m.channel) ?? this.#file.handed(m.channel);
       // Only a message handed over before can have been acked through the sidecar, and every
       // hand-over moves its channel's mark to at least its number, in memory at once and on disk
-      // no later than the ack (one write-behind commit, or an earlier one). So a delivery past
-      // the mark, nearly every delivery, needs no look in the ack memory.
+      // before the answer that hands it over (persist()), so before any ack of it. So a delivery
+      // past the mark, nearly every delivery, needs no look in the ack memory.
       if (last !== undefined && m.channel_sequence_id <= last && this.#file.isAcked(m.message_id)) {
         ackUpstream.push(d.delivery_id);
         continue;
