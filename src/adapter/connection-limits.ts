@@ -1,6 +1,5 @@
 /**
- * What a peer that has shown no token may hold of the adapter's connections (security review
- * 2026-12-04, N-1). Without this, 4,096 idle keep-alive sockets from one process, one
+ * What a peer that has shown no token may hold of the adapter's connections. Without this, 4,096 idle keep-alive sockets from one process, one
  * `GET /healthz` each, filled AGW_MAX_CONNECTIONS for 65 s: every agent's and every probe's new
  * connection was reset, and holding that cost the peer about 63 connections a second.
  *

@@ -78,11 +78,6 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
    */
   beforeGroup: ((ops: readonly StoreOp[]) => void) | undefined;
 
-  /** Weight waiting for the next commit. */
-  get pending(): number {
-    return this.#pending;
-  }
-
   /**
    * Runs `op` inside the next group's transaction and resolves with its result once that has
    * committed. A GatewayError from the op rejects it alone (an op refuses only before it

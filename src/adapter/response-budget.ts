@@ -1,6 +1,6 @@
 /**
- * What paged answers (replay, threads, dead letters, the inbox) may hold of the adapter's memory
- * (security review 2026-12-04, N-2). Before, 40 replays of 8 MiB pages whose clients never read
+ * What paged answers (replay, threads, dead letters, the inbox) may hold of the adapter's memory.
+ * Before, 40 replays of 8 MiB pages whose clients never read
  * took a SQLite adapter from 111 to 915 MiB and held it there: nothing bounded the answers in
  * flight, and no answer had a deadline once its request had arrived.
  *

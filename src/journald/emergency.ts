@@ -18,7 +18,7 @@
  *   the exact, deterministic rule; what was cut is named in `AGW_TRUNCATED`, what was dropped
  *   counted in `AGW_FIELDS_DROPPED`, and both in `stats`.
  *
- * An explicit emergency cannot pass for an automatic one (review L2): the automatic reasons
+ * An explicit emergency cannot pass for an automatic one: the automatic reasons
  * (`AUTOMATIC_REASONS`) and the `AGW_` field names are the gateway's. An explicit one that asks
  * for an automatic reason is written as `manual`, the reason asked for kept in
  * `AGW_REQUESTED_REASON`, and its `AGW_*` fields are dropped (counted). It is written rather than

@@ -10,19 +10,6 @@ import { MAX_DEPTH } from './limits.js';
 export const PRIORITIES = ['normal', 'critical'] as const;
 export type Priority = (typeof PRIORITIES)[number];
 
-/** The kinds CONTRACT.md names. Other short kinds are accepted and carried unchanged. */
-export const KNOWN_KINDS = [
-  'task/request',
-  'task/update',
-  'task/result',
-  'task/cancel',
-  'signal',
-  'escalation',
-  'policy/update',
-  'status',
-  'system/ping',
-] as const;
-
 /**
  * Kinds that are critical when the sender leaves `priority` out (CONTRACT.md): an escalation or
  * a policy change must never be the one a full queue evicts.
@@ -47,7 +34,7 @@ const taskId = z.string().min(1).max(200);
  * Payload schemas of the task kinds (seed 001's typed protocol). Extra fields are kept: the
  * schema says what must be there, not what may not. A Map, not an object literal: the kind is
  * the sender's string, and `{}["constructor"]` is Object, which answered kind "constructor"
- * with a 500 (review 2026-12-04, "fuzz: kind constructor").
+ * with a 500.
  */
 export const PAYLOAD_SCHEMAS: ReadonlyMap<string, z.ZodType> = new Map<string, z.ZodType>([
   ['task/request', z.looseObject({ task_id: taskId, description: z.string().min(1) })],

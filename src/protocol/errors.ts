@@ -19,7 +19,7 @@ export const ERRORS = {
   unauthorized: { status: 401, retryable: false },
   sender_mismatch: { status: 403, retryable: false },
   not_member: { status: 403, retryable: false },
-  /** Retired 2026-12-04 (L8): another agent's delivery is answered as an unknown one. */
+  /** Retired 2026-12-04: another agent's delivery is answered as an unknown one. */
   not_your_delivery: { status: 403, retryable: false },
   not_alerts_agent: { status: 403, retryable: false },
   not_your_message: { status: 403, retryable: false },

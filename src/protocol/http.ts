@@ -91,7 +91,7 @@ export function sendError(res: ServerResponse, err: GatewayError): void {
 
 /**
  * An integer query parameter within bounds, written in plain decimal digits; a bad one is a 400
- * naming it. Number() alone took `0x10` (16), `1e1` and `5 ` (review 2026-12-04, N-13): looser
+ * naming it. Number() alone took `0x10` (16), `1e1` and `5 `: looser
  * than "an integer", and a hex `wait` read as 16 s is not what a reader of the URL sees. At most
  * 16 digits: every bound here is below 2^53 (9,007,199,254,740,991, 16 digits), so a longer one is
  * out of range anyway and is never parsed inexactly.

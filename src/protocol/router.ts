@@ -128,7 +128,7 @@ export class RouteTable<Who extends string, Ctx> {
     const { route: r, params } = this.find(req.method, path);
     const ctx = guard(r.who, req);
     // a POST to a route that reads a body, or one that sends a body anyway, is JSON (CONTRACT.md:
-    // 415 for one that is not): the adapter stored `text/plain` bodies before (issue 29)
+    // 415 for one that is not): the adapter stored `text/plain` bodies before
     if (req.method === 'POST' && (r.body !== undefined || carriesBody(req))) {
       assertJsonContentType(req);
     }

@@ -84,7 +84,7 @@ export class AdapterBreaker {
       errorThresholdPercentage: opts.errorThresholdPercentage ?? 50,
       // Nothing reads opossum's latency percentiles or its 'snapshot' events; left on, every
       // call's latency is kept for the 10 s window, and each second a snapshot concatenates
-      // and sorts them all (issue 14: ~1% of the sidecar's CPU per message at 1,000 msg/s).
+      // and sorts them all (~1% of the sidecar's CPU per message at 1,000 msg/s).
       // The open decision reads only the counts (fires, failures), which stay.
       rollingPercentilesEnabled: false,
       enableSnapshots: false,

@@ -61,7 +61,7 @@ export class InboxRepair {
   /**
    * True when the file is known to hold no gap, no held delivery and no open copy: the state
    * of nearly every poll, which then needs none of the nine reads of them a poll made
-   * (issue 14). Set only after reading all three empty; whatever adds one of them (gapPage,
+   * (docs/design/durability.md). Set only after reading all three empty; whatever adds one of them (gapPage,
    * hold) sets it false first, so it is never true wrongly; false is read again at the next
    * poll, since acks, hand-overs and scans take them away.
    */

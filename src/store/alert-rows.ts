@@ -19,7 +19,7 @@ export interface AlertRow {
   attempts: number;
   /**
    * Budget alerts: the thread of the latest refusal counted. They are aggregated per sender
-   * (issue 29, review N-4: per thread, any agent could make the adapter send one critical alert
+   * (per thread, any agent could make the adapter send one critical alert
    * per thread it opened), so the row's `recipient` is the sender refused; the column kept its
    * name from when rows were per thread and it named the sender (migrations 7 / 2 turned those
    * rows around).

@@ -375,7 +375,7 @@ export class PgDeliveries {
 
   /**
    * The agent's own deliveries of these ids; another agent's is undefined, as an unknown id is
-   * (review 2026-12-04, L8: a 403 told any agent which ids other agents held), so nothing of
+   * (a 403 told any agent which ids other agents held), so nothing of
    * it is written.
    */
   async #own(tx: Tx, agent: string, ids: readonly number[]): Promise<(DeliveryRow | undefined)[]> {

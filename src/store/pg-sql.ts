@@ -132,7 +132,7 @@ export const PG_MIGRATIONS: readonly string[] = [
     sender     text
   );
   `,
-  // 2: alert/budget aggregated per sender, not per thread (issue 29; SQLite's migration 7): a
+  // 2: alert/budget aggregated per sender, not per thread (SQLite's migration 7): a
   // budget row's and event's `recipient` is now the sender refused and `sender` the thread.
   `
   CREATE TEMP TABLE budget_rows ON COMMIT DROP AS
@@ -163,7 +163,6 @@ export const PG_SQL = {
   setSchemaVersion: 'INSERT INTO agw_schema (version) VALUES ($1)',
   migrateLock: `SELECT pg_advisory_lock(${LOCK_NS}, ${LOCK_MIGRATE})`,
   migrateUnlock: `SELECT pg_advisory_unlock(${LOCK_NS}, ${LOCK_MIGRATE})`,
-  databaseSize: 'SELECT pg_database_size(current_database()) AS size',
 
   ensureChannels: `
     INSERT INTO channels (name) SELECT n FROM unnest($1::text[]) n ORDER BY n

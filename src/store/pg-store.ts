@@ -98,7 +98,7 @@ const RETRIED = new Set(['40001', '40P01', '23505']);
  * How long a statement waits for a row or advisory lock before PostgreSQL aborts it (55P03):
  * 2 s. A healthy group holds its locks for a few ms (two round trips, docs/design/postgres.md),
  * so a wait this long means the holder is stuck: a replica SIGSTOPped, paused or partitioned in
- * the middle of a transaction (security review N-3: 11-20 s stalls of unrelated sends). Short
+ * the middle of a transaction (11-20 s stalls of unrelated sends were seen: docs/design/postgres.md). Short
  * enough that LOCK_TRIES waits (4 s) and a retry by the sidecar fit its 10 s call timeout.
  */
 const LOCK_TIMEOUT_MS = 2000;

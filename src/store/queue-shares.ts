@@ -1,5 +1,5 @@
 /**
- * Fairness between the senders of one recipient's queue (issue 29): pure rules, called by both
+ * Fairness between the senders of one recipient's queue: pure rules, called by both
  * stores (sqlite-deliveries.ts, pg-deliveries.ts), which keep only the SQL that reads the
  * holdings and the victim.
  *
@@ -99,7 +99,7 @@ export function admitCritical(
   if (sender === ADAPTER_SENDER) {
     return counts.total < criticalCapacity + alertReserve(criticalCapacity) ? 'admit' : 'refuse';
   }
-  // an operator's replay of a dead letter (no sender): the bound alone, as before issue 29
+  // an operator's replay of a dead letter (no sender): the bound alone, as it always was
   if (sender === undefined) return counts.total < criticalCapacity ? 'admit' : 'refuse';
   const share = criticalShare(criticalCapacity, agents);
   if (counts.total < share) return 'admit';

@@ -2,7 +2,7 @@
  * A bound on the reads of one kind that may hold connections of a pool at once, so that the
  * rest of the pool stays free for the others. On PostgreSQL, 48 concurrent replays queued for
  * the 4-connection read pool took /health from 1 ms to 439-469 ms and a send's `isStored` from
- * 2 ms to 413-533 ms (security review 2026-12-04, N-2): page reads now wait here, before the
+ * 2 ms to 413-533 ms: page reads now wait here, before the
  * pool, for one of `size` slots, and /health and the send path find a connection at once.
  */
 export class ReadSlots {

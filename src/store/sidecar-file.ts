@@ -18,7 +18,7 @@
  * and reach the file in one commit (commitBehind()) that the sidecar makes before it answers
  * the agent: before a poll's answer hands deliveries over, before an ack is answered 2xx. So a
  * SIGKILL can never take back a mark the agent has seen the effect of: an ack answered 2xx is
- * never handed over again, also after a restart (CONTRACT.md, issue 29: with the marks written
+ * never handed over again, also after a restart (docs/design/durability.md: with the marks written
  * 20 ms behind the answer, a sidecar killed within those milliseconds handed an acked message
  * over again after its restart). Marks no answer waits for (a send of the agent's own counted as
  * handed over) are written WRITE_BEHIND_MS after the first of them; losing one of those costs a

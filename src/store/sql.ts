@@ -166,7 +166,7 @@ export const MIGRATIONS: readonly string[] = [
   );
   INSERT OR REPLACE INTO usage_mark (one, as_of) SELECT 1, coalesce(max(id), 0) FROM messages;
   `,
-  // 7: alert/budget aggregated per sender, not per thread (issue 29, review N-4): a budget row's
+  // 7: alert/budget aggregated per sender, not per thread: a budget row's
   // `recipient` is now the sender refused and its `sender` column the latest thread. The rows
   // kept per thread are folded into one per (sender, reason): their counts waiting added up,
   // the latest window kept, the ids they listed dropped (the count still has them).

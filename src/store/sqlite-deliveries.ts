@@ -287,7 +287,7 @@ export class Deliveries {
 
   /**
    * The agent's own deliveries of these ids; another agent's is undefined, as an unknown id is.
-   * A 403 for it told any agent which ids other agents held (review 2026-12-04, L8); now it is
+   * A 403 for it told any agent which ids other agents held; now it is
    * `unknown` in an ack or nack, `not_leased` in an extension, and nothing of it changes.
    */
   #own(agent: string, ids: readonly number[]): (Row | undefined)[] {

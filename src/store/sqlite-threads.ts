@@ -193,7 +193,7 @@ export class Threads {
    * A budget refusal: nothing of the message is stored; alert/budget to alerts_to is counted
    * per (sender, reason), listing the message the refused one replied to (it has no id of its
    * own) and naming the latest thread: one agent refused in a thousand threads makes one alert
-   * a window, not a thousand (review N-4).
+   * a window, not a thousand.
    */
   #refuse(reason: BudgetReason, t: TargetRow, d: MessageDraft, message: string): GatewayError {
     this.#alerts.raise(d.sender, reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);

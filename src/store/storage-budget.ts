@@ -19,7 +19,7 @@
  *   transaction that prunes, each time with the mark at the highest id then stored. An open,
  *   and a rollback, read them and add the messages stored after the mark (a range of the
  *   rowid: at most a second of sends), so a crash or a rollback never leaves them out of step,
- *   and a send's commit no longer writes their page (issue 14: one 4 KiB WAL frame of ~12).
+ *   and a send's commit no longer writes their page (one 4 KiB WAL frame of ~12: docs/design/durability.md).
  *   Deletes only ever take ids at or below the mark (a prune moves it in its own transaction),
  *   and a new message's id is above every id stored, so the sum after the mark counts each
  *   message exactly once.

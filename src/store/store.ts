@@ -190,7 +190,7 @@ export const DEFAULT_STORAGE: StorageLimits = {
 };
 
 /**
- * The default share of the store one sender may use, for a topology of `agents` (issue 29):
+ * The default share of the store one sender may use, for a topology of `agents`:
  * twice an equal part, at most a half and at least 1%. Twice, because agents do not send alike
  * (a pm or an orchestrator writes more than a researcher), and an equal part would refuse the
  * busy ones while the store is mostly empty; so it takes about half the agents, not two, to fill
@@ -231,7 +231,7 @@ export interface AlertPayload {
 
 /**
  * The payload of alert/budget (CONTRACT.md): replies of `sender` refused since the last alert
- * about it, `thread_id` the thread of the latest (aggregated per sender, issue 29). The refused
+ * about it, `thread_id` the thread of the latest (aggregated per sender). The refused
  * messages were never stored, so have no id: `message_ids` lists the messages they replied to
  * (up to 20), in every thread counted.
  */
