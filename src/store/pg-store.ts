@@ -15,6 +15,7 @@ import { uuidv7, uuidv7Time } from '../protocol/ids.js';
 import { PAGE_ITEM_OVERHEAD } from '../protocol/limits.js';
 import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
 import type { DueAlert } from './alert-rows.js';
+import { CommitEffectsLog } from './commit-effects.js';
 import { DELIVERY_FIELDS_BYTES } from './page-bytes.js';
 import { AlertFold } from './pg-alerts.js';
 import { type DeliveryRow, PgDeliveries, type ReadyRow } from './pg-deliveries.js';
@@ -23,8 +24,6 @@ import { PgThreads } from './pg-threads.js';
 import { type AlertEvent, keyOf, Tx } from './pg-tx.js';
 import { type PgForeignEffects, PgWake, wakePayload } from './pg-wake.js';
 import { ReadSlots } from './read-slots.js';
-import { CommitEffectsLog } from './sqlite-effects.js';
-import { withThreadFields } from './sqlite-threads.js';
 import { messageSize, STORAGE_FULL_RETRY_AFTER_S } from './storage-budget.js';
 import {
   type AgentState,
@@ -61,6 +60,7 @@ import {
   rejected,
   STATE_NAME,
 } from './stored-message.js';
+import { withThreadFields } from './thread-rows.js';
 
 export interface PgStoreOptions {
   /** full (default): a commit that writes a message waits for its WAL flush; normal: none do. */

@@ -10,8 +10,8 @@ import { GatewayError } from '../protocol/errors.js';
 import { uuidv7Time } from '../protocol/ids.js';
 import { PG_SQL } from './pg-sql.js';
 import type { TargetRow, Tx } from './pg-tx.js';
-import type { Placement, ThreadRow } from './sqlite-threads.js';
 import type { BudgetReason, MessageDraft, ThreadBudgets } from './store.js';
+import type { Placement, ThreadRow } from './thread-rows.js';
 
 const ROOT: Placement = { threadId: null, hop: 0, replyTo: null, count: 0 };
 

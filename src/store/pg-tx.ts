@@ -6,8 +6,8 @@
  */
 import type { Writable } from 'node:stream';
 import type pg from 'pg';
+import { CommitEffectsLog } from './commit-effects.js';
 import { PG_SQL, type PgStatement } from './pg-sql.js';
-import { CommitEffectsLog } from './sqlite-effects.js';
 import type { AlertReason, DeliveryState } from './store.js';
 
 export interface DeliveryRow {

@@ -10,8 +10,8 @@
 
 import type Database from 'better-sqlite3';
 import { type AlertRow, type DueAlert, dueAlertOf, MAX_IDS } from './alert-rows.js';
+import type { CommitEffectsLog } from './commit-effects.js';
 import { SQL } from './sql.js';
-import type { CommitEffectsLog } from './sqlite-effects.js';
 import { ALERT_KIND, type AlertReason, type DeliveryStats } from './store.js';
 
 export class Alerts {

@@ -7,10 +7,10 @@
 import type Database from 'better-sqlite3';
 import { ADAPTER_KIND_PREFIX, ADAPTER_SENDER } from '../protocol/envelope.js';
 import { GatewayError } from '../protocol/errors.js';
+import type { CommitEffectsLog } from './commit-effects.js';
 import { admitCritical, evictionSender, type Holding } from './queue-shares.js';
 import { SQL } from './sql.js';
 import type { Alerts } from './sqlite-alerts.js';
-import type { CommitEffectsLog } from './sqlite-effects.js';
 import {
   type DeadLetterReason,
   type DeliveryConfig,

@@ -11,14 +11,14 @@ import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { uuidv7, uuidv7Time } from '../protocol/ids.js';
 import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
 import type { DueAlert } from './alert-rows.js';
+import { CommitEffectsLog } from './commit-effects.js';
 import { DELIVERY_FIELDS_BYTES, fitting } from './page-bytes.js';
 import { quickCheck } from './quick-check.js';
 import { MIGRATIONS, SQL } from './sql.js';
 import { Alerts } from './sqlite-alerts.js';
 import { Deliveries } from './sqlite-deliveries.js';
-import { CommitEffectsLog } from './sqlite-effects.js';
 import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
-import { type ThreadRow, Threads, withThreadFields } from './sqlite-threads.js';
+import { Threads } from './sqlite-threads.js';
 import { messageSize, StorageBudget } from './storage-budget.js';
 import {
   type AgentState,
@@ -56,6 +56,7 @@ import {
   rejected,
   STATE_NAME,
 } from './stored-message.js';
+import { type ThreadRow, withThreadFields } from './thread-rows.js';
 
 export type { SyncMode } from './sqlite-file.js';
 

@@ -8,10 +8,10 @@
 import type Database from 'better-sqlite3';
 import { GatewayError } from '../protocol/errors.js';
 import { uuidv7Time } from '../protocol/ids.js';
-import { messageIdOf } from '../protocol/wire.js';
 import { SQL } from './sql.js';
 import type { Alerts } from './sqlite-alerts.js';
 import type { BudgetReason, MessageDraft, ThreadBudgets } from './store.js';
+import type { Placement, ThreadRow } from './thread-rows.js';
 
 /** The message a reply names. */
 interface TargetRow {
@@ -22,24 +22,6 @@ interface TargetRow {
   /** Its thread: its own message_id when it started one. */
   thread_id: string;
   hop: number;
-}
-
-/** A stored message as a thread page reads it. */
-export interface ThreadRow {
-  id: number;
-  body: string;
-  checksum: number;
-}
-
-/** Where an accepted message goes. */
-export interface Placement {
-  /** Its thread; null when it starts one (the thread is then its own message_id). */
-  readonly threadId: string | null;
-  readonly hop: number;
-  /** The message_id of the message it answers, when it answers one. */
-  readonly replyTo: string | null;
-  /** Its thread's count of messages of agents once it is stored (a reply's; 0 for a root). */
-  readonly count: number;
 }
 
 const ROOT: Placement = { threadId: null, hop: 0, replyTo: null, count: 0 };
@@ -199,17 +181,4 @@ export class Threads {
     this.#alerts.raise(d.sender, reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
     return new GatewayError(reason, message);
   }
-}
-
-/**
- * A stored message's JSON with thread_id and hop. Rows written before migration 4 lack them;
- * such a row started its own thread (its thread_id column is NULL, its hop 0), and the two
- * fields are put where a new row has them, before the payload: the first `,"payload":` is the
- * envelope's own, since string values escape their quotes. A new row is returned as it is,
- * after a look at the ~300 bytes of its head.
- */
-export function withThreadFields(body: string): string {
-  const at = body.indexOf(',"payload":');
-  if (at < 0 || body.lastIndexOf(',"hop":', at) >= 0) return body;
-  return `${body.slice(0, at)},"thread_id":"${messageIdOf(body)}","hop":0${body.slice(at)}`;
 }

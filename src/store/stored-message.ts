@@ -6,8 +6,8 @@
  */
 import type { Assignment } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
-import type { Placement } from './sqlite-threads.js';
 import { type AppendOutcome, DeliveryState, type MessageDraft } from './store.js';
+import type { Placement } from './thread-rows.js';
 
 /** A stored message's bytes besides its payload: the assigned fields and the envelope's. */
 export const HEAD_BYTES = 320;

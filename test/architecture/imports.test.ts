@@ -85,3 +85,13 @@ it('no file reaches itself through its imports', () => {
   for (const f of all) visit(f, []);
   expect(cycles).toEqual([]);
 });
+
+it('neither store engine imports the other: what both use lives in engine-neutral files', () => {
+  const engine = (f: string) => /^store\/(sqlite|pg)-/.exec(relative(SRC, f))?.[1];
+  const crossed = [...graph].flatMap(([f, deps]) =>
+    deps
+      .filter((d) => engine(f) !== undefined && engine(d) !== undefined && engine(d) !== engine(f))
+      .map((d) => `${relative(SRC, f)} → ${relative(SRC, d)}`),
+  );
+  expect(crossed).toEqual([]);
+});
