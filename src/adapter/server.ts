@@ -5,12 +5,12 @@
  * intake, lets commits in flight finish and answer, then closes the store.
  */
 import { createHash } from 'node:crypto';
-import { createServer, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
 import type { SdNotify } from '../journald/sd-notify.js';
-import { GatewayError, isGatewayError } from '../protocol/errors.js';
-import { listen, sendError } from '../protocol/http.js';
+import { GatewayError } from '../protocol/errors.js';
+import { createServer, type HttpShell } from '../protocol/http-server.js';
 import { RouteTable } from '../protocol/router.js';
 import { StorageFailure, type Store } from '../store/store.js';
 import { ConnectionLimits } from './connection-limits.js';
@@ -57,6 +57,8 @@ export interface Adapter {
   readonly integrity: Promise<number>;
   readonly metrics: AdapterMetrics;
   readonly retention: Retention;
+  /** The HTTP shell: request hooks (onRequest, onResponse, onError) attach here. */
+  readonly http: HttpShell;
   /** Who holds the connections; its events tell each one closed idle, evicted or refused. */
   readonly connections: ConnectionLimits;
   /** The answers in flight; its events tell each one cut for its client and each read refused. */
@@ -119,8 +121,6 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   let ready = false;
   let closing = false;
   let checkFailed: string | undefined;
-  let inFlight = 0;
-  let idle: (() => void) | undefined;
 
   const table = new RouteTable<Who, Caller>(
     adapterRoutes({
@@ -182,63 +182,39 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     return { agent };
   };
 
-  // Node's defaults hold a socket for 300 s of headers trickled a byte at a time and take any
-  // number of connections (slowloris). A request's timeouts end once it has fully arrived, so a
-  // long poll's wait (up to 30 s) is never cut by them.
-  const server = createServer({
-    headersTimeout: settings.headersTimeoutMs,
-    requestTimeout: settings.requestTimeoutMs,
-    connectionsCheckingInterval: settings.connectionsCheckingIntervalMs,
-  });
-  // Longer than any client's idle timeout (undici, the sidecar's and fetch's pool, follows the
-  // Keep-Alive hint this sends, less its 2 s margin), so the client closes an idle connection
-  // first and never sends a request on one the server is closing.
-  server.keepAliveTimeout = settings.keepAliveTimeoutMs;
-  // One past the cap is closed at once; 4,096 is far above six agents' sidecars (16 long polls
-  // and 16 calls each) and far below the file descriptors a pod gets.
-  server.maxConnections = settings.maxConnections;
-  // Within it, what a peer that showed no token may hold (connection-limits.ts).
+  // Within AGW_MAX_CONNECTIONS, what a peer that showed no token may hold (connection-limits.ts).
   const connections = new ConnectionLimits({
     maxConnections: settings.maxConnections,
     reservedPercent: settings.reservedConnectionsPercent,
     maxPerAddress: settings.maxConnectionsPerAddress,
     idleMs: settings.unauthenticatedIdleMs,
   });
-  connections.attach(server);
-  server.on('request', (req, res) => {
-    inFlight++;
-    if (closing) res.setHeader('connection', 'close');
-    res.once('close', () => {
-      if (--inFlight === 0) idle?.();
-    });
-    table.serve(req, res, guard).catch((err: unknown) => {
-      if (res.headersSent || res.destroyed) {
-        res.destroy();
-        return;
-      }
-      if (isGatewayError(err)) return sendError(res, err);
-      if (err instanceof StorageFailure) {
-        // a read the store could not make (PostgreSQL down or restarting, a timeout): the
-        // same request may succeed shortly, as a failed commit's storage_error says
-        return sendError(
-          res,
-          new GatewayError('storage_error', `the message store could not be read; retry`, {
-            cause: err,
-          }),
-        );
-      }
-      logger.error({ err, method: req.method, url: req.url }, 'request failed');
-      sendError(res, new GatewayError('internal', 'the adapter failed to handle the request'));
-    });
-  });
-
-  let url: string;
+  let http: HttpShell;
   try {
-    url = await listen(server, settings.listen);
+    http = await createServer({
+      program: 'adapter',
+      listen: settings.listen,
+      // 4,096 connections is far above six agents' sidecars (16 long polls and 16 calls each)
+      // and far below the file descriptors a pod gets
+      limits: settings,
+      table,
+      guard,
+      logger,
+      // a read the store could not make (PostgreSQL down or restarting, a timeout): the same
+      // request may succeed shortly, as a failed commit's storage_error says
+      translate: (err) =>
+        err instanceof StorageFailure
+          ? new GatewayError('storage_error', `the message store could not be read; retry`, {
+              cause: err,
+            })
+          : undefined,
+    });
   } catch (err) {
     await store.close();
     throw err;
   }
+  connections.attach(http.server);
+  const url = http.url;
 
   // quick_check reads every page: with 1M messages (2 GiB in page cache) it was most of a 1.75 s
   // restart to ready. It runs in its worker while the adapter serves; until it ends, the per-row
@@ -266,21 +242,14 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     if (closing) return;
     closing = true;
     void opts.notify?.stopping();
-    server.close();
-    server.closeIdleConnections();
-    retention.stop();
-    storage.stop();
-    // Parked polls answer now (empty); whatever was taken commits and is answered.
-    delivery.stop();
+    await http.close(SHUTDOWN_GRACE_MS, async () => {
+      retention.stop();
+      storage.stop();
+      // Parked polls answer now (empty); whatever was taken commits and is answered.
+      delivery.stop();
+      await commits.flush();
+    });
     await commits.flush();
-    if (inFlight > 0) {
-      await new Promise<void>((resolve) => {
-        idle = resolve;
-        setTimeout(resolve, SHUTDOWN_GRACE_MS).unref();
-      });
-    }
-    await commits.flush();
-    server.closeAllConnections();
     // The check's worker holds its own read connection; the process cannot exit before the
     // worker ends anyway, and closing the store last lets it fold the WAL into the file.
     await integrity.catch(() => {});
@@ -293,6 +262,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     integrity,
     metrics,
     retention,
+    http,
     connections,
     responses,
     close,

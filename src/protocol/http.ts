@@ -3,8 +3,7 @@
  * come from the one catalogue (errors.ts).
  */
 import { isUtf8 } from 'node:buffer';
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError } from './errors.js';
 
 /**
@@ -112,17 +111,4 @@ export function intParam(
     });
   }
   return n;
-}
-
-/** Listens on host:port (port 0: any free one); resolves with the URL it listens on. */
-export function listen(server: Server, at: { host: string; port: number }): Promise<string> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(at.port, at.host, () => {
-      server.off('error', reject);
-      const address = server.address() as AddressInfo;
-      const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-      resolve(`http://${host}:${address.port}`);
-    });
-  });
 }

@@ -5,6 +5,7 @@
  * what its "who" names mean (a token, the alerts_to agent, anyone on loopback).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
 import { GatewayError } from './errors.js';
 import { assertJsonContentType, carriesBody, readBody, sendJson } from './http.js';
 
@@ -28,6 +29,20 @@ export interface Call<Ctx, Body> {
   readonly body: Body;
   /** What the program's guard made of `who` (the authenticated agent, say). */
   readonly ctx: Ctx;
+  /** The request's id (x-request-id) and a logger that carries it. */
+  readonly requestId: string;
+  readonly log: Logger;
+  /** Aborts when the client gives the request up before its answer, or the program stops. */
+  readonly signal: AbortSignal;
+}
+
+/** What the server shell (http-server.ts) keeps of one request while the table serves it. */
+export interface RequestScope {
+  readonly id: string;
+  readonly log: Logger;
+  readonly signal: AbortSignal;
+  /** Set by the table once the route is found: its template, for hooks and metrics. */
+  route: string | undefined;
 }
 
 export interface Route<Who extends string, Ctx, Body = unknown> {
@@ -115,17 +130,22 @@ export class RouteTable<Who extends string, Ctx> {
   /**
    * Serves one request: finds its route, lets `guard` decide whether the caller may (and what
    * it knows of them), reads and parses the body, runs the handler, sends the answer. Errors
-   * are thrown for the server to answer from the catalogue.
+   * are thrown for the shell to answer from the catalogue. `onRouted` runs once the route is
+   * known, before the guard (the shell's onRequest hooks).
    */
   async serve(
     req: IncomingMessage,
     res: ServerResponse,
     guard: (who: Who, req: IncomingMessage) => Ctx,
+    scope: RequestScope,
+    onRouted?: (scope: RequestScope) => void,
   ): Promise<void> {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
     const { route: r, params } = this.find(req.method, path);
+    scope.route = r.path;
+    onRouted?.(scope);
     const ctx = guard(r.who, req);
     // a POST to a route that reads a body, or one that sends a body anyway, is JSON (CONTRACT.md:
     // 415 for one that is not): the adapter stored `text/plain` bodies before
@@ -134,7 +154,21 @@ export class RouteTable<Who extends string, Ctx> {
     }
     const body = r.body === undefined ? undefined : r.body.parse(await readBody(req, r.body.limit));
     const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
-    const answer = await r.handler({ req, res, params, query, body, ctx });
+    const answer = await r.handler({
+      req,
+      res,
+      params,
+      query,
+      body,
+      ctx,
+      requestId: scope.id,
+      get log() {
+        return scope.log;
+      },
+      get signal() {
+        return scope.signal;
+      },
+    });
     if (answer !== undefined) send(res, answer);
   }
 }

@@ -4,7 +4,6 @@
  * status, metrics, emergencies, which must work while the adapter is down or the sidecar
  * stops); `agent` endpoints stop taking requests once the sidecar is stopping.
  */
-import type { ServerResponse } from 'node:http';
 import { parseDeliveryIds, parseLeaseExtension, parseNack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
 import { intParam, parseJson } from '../protocol/http.js';
@@ -93,12 +92,12 @@ export function sidecarRoutes(
       method: 'GET',
       path: '/v1/inbox',
       who: 'agent',
-      handler: ({ query, res }) =>
+      handler: ({ query, signal }) =>
         service.inbox(
           intParam(query, 'wait', 0, 0, MAX_WAIT_S),
           intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX),
           undefined,
-          closeSignal(res),
+          signal,
         ),
     }),
     route({
@@ -107,12 +106,12 @@ export function sidecarRoutes(
       path: '/v1/inbox',
       who: 'agent',
       body: deliveryIds,
-      handler: ({ query, body, res }) =>
+      handler: ({ query, body, signal }) =>
         service.inbox(
           intParam(query, 'wait', 0, 0, MAX_WAIT_S),
           intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX),
           body,
-          closeSignal(res),
+          signal,
         ),
     }),
     route({
@@ -186,18 +185,4 @@ export function sidecarRoutes(
         ),
     }),
   ];
-}
-
-/**
- * Aborts when the response closes before it was sent: the agent gave its request up (a client
- * timeout, a process gone). The adapter ends a parked poll the same way (`res.once('close')`).
- */
-function closeSignal(res: ServerResponse): AbortSignal {
-  const controller = new AbortController();
-  if (res.destroyed) controller.abort();
-  else
-    res.once('close', () => {
-      if (!res.writableFinished) controller.abort();
-    });
-  return controller.signal;
 }

@@ -4,12 +4,12 @@
  * (service.ts), and serves the route table (routes.ts) over HTTP, the MCP tools at /mcp among it.
  */
 import { mkdirSync } from 'node:fs';
-import { createServer, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
-import { GatewayError, isGatewayError } from '../protocol/errors.js';
-import { listen, sendError } from '../protocol/http.js';
+import { GatewayError } from '../protocol/errors.js';
+import { createServer, DEFAULT_LIMITS, type HttpShell } from '../protocol/http-server.js';
 import { RouteTable } from '../protocol/router.js';
 import { SidecarFile } from '../store/sidecar-file.js';
 import { AdapterClient } from './adapter-client.js';
@@ -48,6 +48,8 @@ export interface Sidecar {
   readonly outbox: Outbox;
   /** The agent-facing operations, for other surfaces than HTTP. */
   readonly service: SidecarService;
+  /** The HTTP shell: request hooks (onRequest, onResponse, onError) attach here. */
+  readonly http: HttpShell;
   /** Stops taking sends, tries one drain within the grace period, closes. */
   close(): Promise<void>;
 }
@@ -162,32 +164,21 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     sidecarRoutes(service, gate, metrics, settings.adapterUrl, mcp),
   );
 
-  let closing = false;
   const guard = (who: Who, req: IncomingMessage): undefined => {
     checkLocalRequest(req, settings.listen.host);
-    if (who === 'agent' && closing)
+    if (who === 'agent' && http.closing)
       throw new GatewayError('shutting_down', 'the sidecar is stopping; retry shortly');
   };
-  const server = createServer((req, res) => {
-    table.serve(req, res, guard).catch((err: unknown) => {
-      // The client went away before its answer (it timed out, or gave up a poll): nothing to
-      // answer and nothing wrong here, so no stack. (An abandoned poll's upstream call was
-      // aborted with it: routes.ts, closeSignal.)
-      if (res.destroyed && !res.writableFinished) {
-        const e = err as { code?: unknown; message?: unknown };
-        logger.debug(
-          { method: req.method, url: req.url, reason: e?.code ?? e?.message },
-          'the client went away before its answer',
-        );
-        return;
-      }
-      if (res.headersSent) return void res.destroy();
-      if (isGatewayError(err)) return sendError(res, err);
-      logger.error({ err, url: req.url }, 'request failed');
-      sendError(res, new GatewayError('internal', 'the sidecar failed to handle the request'));
-    });
+  // The agent's runtime is the only client: the adapter's slow-client bounds at their defaults.
+  const http = await createServer({
+    program: 'sidecar',
+    listen: settings.listen,
+    limits: DEFAULT_LIMITS,
+    table,
+    guard,
+    logger,
   });
-  const url = await listen(server, settings.listen);
+  const url = http.url;
   if (!isLoopbackHost(settings.listen.host)) {
     // the request checks still hold (a loopback Host counts only on a loopback connection), but
     // whoever reaches this address may act as the agent: the sidecar takes no token
@@ -203,20 +194,19 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     gateOpen: gate.opened,
     outbox,
     service,
+    http,
     close: async () => {
-      if (closing) return;
-      closing = true;
-      gate.stop();
-      // one last drain within the grace period; what is left stays on disk for the next start
-      forwarder.kick();
-      await Promise.race([
-        forwarder.settled(),
-        new Promise((r) => setTimeout(r, settings.shutdownGraceMs).unref()),
-      ]);
+      if (http.closing) return;
+      // One last drain within the grace period, while the agent's calls in flight finish (a
+      // parked poll is given up upstream and answers 503 shutting_down); what is left stays on
+      // disk for the next start.
+      await http.close(settings.shutdownGraceMs, async () => {
+        gate.stop();
+        forwarder.kick();
+        await forwarder.settled();
+      });
       forwarder.stop();
       breaker.shutdown();
-      server.close();
-      server.closeAllConnections();
       await client.close();
       file.close();
     },
