@@ -12,7 +12,6 @@
  * its agent is alive; a parked poll counts as polling for as long as it waits.
  */
 import type { Logger } from 'pino';
-import type { Emergencies } from '../journald/emergency.js';
 import type { LeaseExtension, Nack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
 import type {
@@ -20,10 +19,10 @@ import type {
   CommitEffects,
   DeliveryJson,
   OpResults,
-  SentAlert,
   Store,
   StoreOp,
 } from '../store/store.js';
+import type { AdapterEventMap } from './events.js';
 import type { GroupCommit } from './group-commit.js';
 import { StallWatch } from './stalls.js';
 
@@ -42,8 +41,8 @@ export interface DeliveryOptions {
   readonly commits: GroupCommit;
   readonly now: () => number;
   readonly logger: Logger;
-  /** CRIT journald entries for dead-letter, integrity and stall alerts; none when absent. */
-  readonly emergencies?: Emergencies;
+  /** Where a stalled agent is told (`agent:stalled`): the adapter's event map (events.ts). */
+  readonly events?: AdapterEventMap;
   /** Stalled agents are watched when given (stalls.ts): the topology's agents and alerts_to. */
   readonly stalls?: {
     readonly agents: readonly string[];
@@ -58,7 +57,6 @@ export class DeliveryService {
   readonly #commits: GroupCommit;
   readonly #now: () => number;
   readonly #logger: Logger;
-  readonly #emergencies: Emergencies | undefined;
   readonly #waiters = new Map<string, Set<Waiter>>();
   /** Who polled when, and the stall check; undefined when not asked for. */
   readonly stalls: StallWatch | undefined;
@@ -71,7 +69,6 @@ export class DeliveryService {
     this.#commits = opts.commits;
     this.#now = opts.now;
     this.#logger = opts.logger;
-    this.#emergencies = opts.emergencies;
     this.stalls =
       opts.stalls &&
       new StallWatch({
@@ -212,49 +209,10 @@ export class DeliveryService {
     return this.#commits.run({ op: 'replay_dead_letter', id, now: this.#now() });
   }
 
+  /** Parked polls wake and the timer re-arms; the alerts' CRIT entries are events.ts's. */
   #afterCommit(fx: CommitEffects): void {
-    // parked polls and the timer first: a CRIT entry that cannot be written must leave no poll
-    // waiting for its timeout and no lease expiry unswept
     for (const agent of fx.woken) this.#wake(agent);
     if (fx.timingChanged) this.#arm();
-    for (const alert of fx.alerts) {
-      try {
-        this.#raise(alert);
-      } catch (err) {
-        this.#logger.error({ err, kind: alert.kind }, 'could not write the CRIT entry of an alert');
-      }
-    }
-  }
-
-  /** Dead-letter and integrity alerts also go to journald as CRIT entries. */
-  #raise(a: SentAlert): void {
-    if (a.kind === 'alert/budget') return; // a refusal, answered 422: the alert message tells it
-    const reason =
-      a.kind === 'alert/integrity'
-        ? 'integrity'
-        : a.kind === 'alert/dead-letter'
-          ? 'dead_letter'
-          : undefined;
-    if (reason === undefined) return;
-    // A corrupt row is quarantined by the store (never served, its delivery dead-lettered, its
-    // channel released); the log and the CRIT entry say so.
-    const message =
-      reason !== 'integrity'
-        ? `${a.payload.count} deliveries to ${a.payload.recipient} dead-lettered (${a.payload.reason})`
-        : a.payload.reason === 'integrity'
-          ? `${a.payload.count} stored message(s) to ${a.payload.recipient} failed their checksum: quarantined to the dead letters, never served`
-          : `${a.payload.count} stored message(s) of ${a.payload.recipient} failed their checksum on a read: skipped, never served`;
-    if (reason === 'integrity') this.#logger.error({ alert: a.payload }, `integrity: ${message}`);
-    this.#emergencies?.raise({
-      reason,
-      message,
-      fields: {
-        AGW_RECIPIENT: a.payload.recipient,
-        AGW_DETAIL: a.payload.reason,
-        AGW_COUNT: a.payload.count,
-        AGW_MESSAGE_IDS: a.payload.message_ids.join(','),
-      },
-    });
   }
 
   #park(

@@ -11,9 +11,13 @@
  * Under load the group grows to match the commit time; alone, a request waits for nothing but
  * its own commit.
  */
-import { EventEmitter } from 'node:events';
+
 import { GatewayError } from '../protocol/errors.js';
-import type { CommitEffects, Committed, OpResult, Store, StoreOp } from '../store/store.js';
+import { EventMap } from '../protocol/events.js';
+import type { Committed, OpResult, Store, StoreOp } from '../store/store.js';
+import type { CommitEvents } from './events.js';
+
+export type { CommitStats } from './events.js';
 
 interface Pending {
   readonly op: StoreOp;
@@ -21,27 +25,6 @@ interface Pending {
   readonly reject: (err: unknown) => void;
   /** A lease's: true once nobody will read what it hands over (run(), `abandoned`). */
   readonly abandoned?: () => boolean;
-}
-
-export interface CommitStats {
-  /** Messages appended (a batch counts each), and operations of any kind. */
-  readonly messages: number;
-  readonly operations: number;
-  readonly seconds: number;
-}
-
-/** What a group commit tells its listeners; emitted only on real transitions. */
-export interface GroupCommitEvents {
-  /** A group committed; before anyone in it is answered. */
-  commit: [stats: CommitStats, effects: CommitEffects];
-  /** A group's transaction failed and rolled back; everyone in it was told to retry. */
-  'commit:error': [err: unknown];
-  /**
-   * A listener of `commit` or `commit:error` threw. The group stands (committed or rolled back)
-   * and everyone in it is answered as if it had not; the other listeners still ran. Or the
-   * `beforeGroup` hook threw: the group commits without what it would have added.
-   */
-  'listener:error': [err: unknown, event: 'commit' | 'commit:error' | 'beforeGroup'];
 }
 
 export interface GroupCommitOptions {
@@ -52,9 +35,13 @@ export interface GroupCommitOptions {
    * worst).
    */
   readonly maxPending?: number;
+  /** Where it tells what it committed: the adapter's map (events.ts); its own otherwise. */
+  readonly events?: EventMap<CommitEvents>;
 }
 
-export class GroupCommit extends EventEmitter<GroupCommitEvents> {
+export class GroupCommit {
+  /** `commit`, `commit:error`, then each `alert` the group wrote (events.ts). */
+  readonly events: EventMap<CommitEvents>;
   readonly #store: Pick<Store, 'commit'>;
   readonly #maxPending: number;
   #early: Pending[] = [];
@@ -65,9 +52,15 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
   #running: Promise<void> | undefined;
 
   constructor(store: Pick<Store, 'commit'>, opts: GroupCommitOptions = {}) {
-    super();
     this.#store = store;
     this.#maxPending = opts.maxPending ?? 10_000;
+    this.events = opts.events ?? new EventMap<CommitEvents>();
+  }
+
+  /** Subscribes to one of its events (a shorthand for `events.on`). */
+  on<K extends keyof CommitEvents>(event: K, listener: (...args: CommitEvents[K]) => void): this {
+    this.events.on(event, listener);
+    return this;
   }
 
   /**
@@ -123,7 +116,7 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
         this.beforeGroup(this.#early.map((p) => p.op));
       } catch (err) {
         // the polls it would have served are woken after the commit instead
-        this.emit('listener:error', err, 'beforeGroup');
+        this.events.emit('listener:error', err, 'beforeGroup');
       }
     }
     const late = this.#late.filter((p) => {
@@ -154,7 +147,7 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
     } catch (err) {
       // The transaction rolled back: nothing of this group was written, so nobody is acked
       // and every sender may retry with the same key.
-      this.#tell('commit:error', err);
+      this.events.emit('commit:error', err);
       const failure = new GatewayError(
         'storage_error',
         'the message store could not commit; retry',
@@ -164,31 +157,21 @@ export class GroupCommit extends EventEmitter<GroupCommitEvents> {
       return;
     }
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-    this.#tell('commit', { messages, operations: group.length, seconds }, committed.effects);
+    // Listeners are isolated (protocol/events.ts): one that throws (an effect's bug, a journald
+    // write that fails) neither skips the others nor escapes flush(), where it would leave the
+    // group's senders unanswered. `commit` first: its listeners wake the parked polls before
+    // the alerts' CRIT entries are written.
+    const { effects } = committed;
+    this.events.emit('commit', { messages, operations: group.length, seconds }, effects);
+    for (const alert of effects.alerts) {
+      this.events.emit('alert', alert);
+      if (alert.kind === 'alert/dead-letter')
+        this.events.emit('delivery:dead-letter', alert.payload);
+    }
     group.forEach((p, i) => {
       const r = committed.results[i]!;
       if ('ok' in r) p.resolve(r.ok);
       else p.reject(r.err);
     });
-  }
-
-  /**
-   * Emits to each listener on its own: one that throws (an effect's bug, a journald write that
-   * fails) must neither skip the others nor escape flush(), where it would leave the group's
-   * senders unanswered and, thrown from setImmediate, stop the process.
-   */
-  #tell<E extends 'commit' | 'commit:error'>(event: E, ...args: GroupCommitEvents[E]): void {
-    // raw: a once() listener still removes itself when called
-    for (const listener of this.rawListeners(event)) {
-      try {
-        (listener as (...a: GroupCommitEvents[E]) => void)(...args);
-      } catch (err) {
-        try {
-          this.emit('listener:error', err, event);
-        } catch {
-          // the reporter itself failed: nothing more can be done here without risking the group
-        }
-      }
-    }
   }
 }

@@ -15,6 +15,7 @@ import { RouteTable } from '../protocol/router.js';
 import { StorageFailure, type Store } from '../store/store.js';
 import { ConnectionLimits } from './connection-limits.js';
 import { DeliveryService } from './delivery.js';
+import { AdapterEventMap, watch } from './events.js';
 import { GroupCommit } from './group-commit.js';
 import { AdapterMetrics } from './metrics.js';
 import { ResponseBudget } from './response-budget.js';
@@ -56,6 +57,8 @@ export interface Adapter {
    */
   readonly integrity: Promise<number>;
   readonly metrics: AdapterMetrics;
+  /** What happens in the adapter, one typed event map (events.ts, docs/reference/events.md). */
+  readonly events: AdapterEventMap;
   readonly retention: Retention;
   /** The HTTP shell: request hooks (onRequest, onResponse, onError) attach here. */
   readonly http: HttpShell;
@@ -74,23 +77,17 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   const { settings, topology, logger, store } = opts;
   const now = opts.now ?? Date.now;
   await store.ensureChannels(allChannels(topology));
-  const commits = new GroupCommit(store);
-  commits.on('commit:error', (err) =>
-    logger.error({ err }, 'group commit failed; its senders were told to retry'),
-  );
-  commits.on('listener:error', (err, event) =>
-    logger.error(
-      { err, event },
-      `an effect of a group commit failed (${event}); its answers went out`,
-    ),
-  );
+  // What happens, told once (events.ts): the log and the CRIT entries subscribe first
+  const events = new AdapterEventMap();
+  watch(events, logger, opts.emergencies);
+  const commits = new GroupCommit(store, { events });
   const metrics = new AdapterMetrics(store, commits, [...topology.agents.keys()]);
   const delivery = new DeliveryService({
     store,
     commits,
     now,
     logger,
-    emergencies: opts.emergencies,
+    events,
     stalls: {
       agents: [...topology.agents.keys()],
       alertsTo: topology.alertsTo,
@@ -103,7 +100,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     commits,
     logger,
     now,
-    emergencies: opts.emergencies,
+    events,
     probeMs: opts.storageProbeMs,
   });
   const retention = new Retention({
@@ -261,6 +258,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     ready: readyPromise,
     integrity,
     metrics,
+    events,
     retention,
     http,
     connections,

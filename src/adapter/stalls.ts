@@ -21,10 +21,10 @@
  * AGW_STALL_S and 1.25 × AGW_STALL_S after it began.
  */
 import type { Logger } from 'pino';
-import type { Emergencies } from '../journald/emergency.js';
 import { ADAPTER_SENDER } from '../protocol/envelope.js';
 import { uuidv7 } from '../protocol/ids.js';
 import type { Store } from '../store/store.js';
+import type { AdapterEventMap } from './events.js';
 import type { GroupCommit } from './group-commit.js';
 
 /** The alert's payload (CONTRACT.md, "Alerts"). */
@@ -42,8 +42,8 @@ export interface StallOptions {
   readonly commits: GroupCommit;
   readonly now: () => number;
   readonly logger: Logger;
-  /** CRIT journald entries (reason `stalled`); none when absent. */
-  readonly emergencies?: Emergencies | undefined;
+  /** Where a stall is told (`agent:stalled`: its log line and CRIT entry, events.ts). */
+  readonly events?: AdapterEventMap | undefined;
   /** The agent alerts go to. */
   readonly alertsTo: string;
   /** The topology's agents: only they can stall. */
@@ -184,18 +184,11 @@ export class StallWatch {
       this.#o.logger.error({ agent }, `could not send alert/stalled: ${why}`);
       return;
     }
-    const stalledS = Math.round(stalledMs / 1000);
-    const message = `${agent} has not polled for ${stalledS} s while ${pending} deliveries wait for it`;
-    this.#o.logger.warn({ agent, pending, last_poll: payload.last_poll }, message);
-    this.#o.emergencies?.raise({
-      reason: 'stalled',
-      message,
-      fields: {
-        AGW_RECIPIENT: agent,
-        AGW_PENDING: pending,
-        AGW_LAST_POLL: payload.last_poll ?? 'none since the adapter started',
-        AGW_STALLED_S: stalledS,
-      },
+    this.#o.events?.emit('agent:stalled', {
+      agent,
+      pending,
+      lastPoll: payload.last_poll ?? null,
+      stalledS: Math.round(stalledMs / 1000),
     });
     // Unless it polled while the alert was being committed, which ended this stall already.
     if (this.#lastPoll.get(agent) === lastPoll && !this.#polling(agent)) this.#alerted.add(agent);

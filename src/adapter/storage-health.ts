@@ -14,9 +14,9 @@
  *   messages) ends the failing state, and the alert goes out then, saying how many failed.
  */
 import type { Logger } from 'pino';
-import type { Emergencies } from '../journald/emergency.js';
 import { ADAPTER_SENDER } from '../protocol/envelope.js';
-import { type CommitEffects, StorageFailure } from '../store/store.js';
+import { StorageFailure } from '../store/store.js';
+import type { AdapterEventMap } from './events.js';
 import type { CommitStats, GroupCommit } from './group-commit.js';
 
 /** Three failed commits in a row: past one retried 503, short of a sender's patience. */
@@ -26,8 +26,8 @@ export interface StorageWatchOptions {
   readonly commits: GroupCommit;
   readonly logger: Logger;
   readonly now: () => number;
-  /** The CRIT entry when writes keep failing; none when absent. */
-  readonly emergencies?: Emergencies | undefined;
+  /** Where failing and recovering are told (their log lines and CRIT entry: events.ts). */
+  readonly events?: AdapterEventMap | undefined;
   /**
    * While failing, how often the probe write (the alert) is tried, ms. Default 5,000: the
    * readiness probe's period, so the Service gets the adapter back within one more.
@@ -50,7 +50,7 @@ export class StorageWatch {
     this.#o = opts;
     this.#probeMs = opts.probeMs ?? 5000;
     opts.commits.on('commit:error', (err) => this.#failed(err));
-    opts.commits.on('commit', (stats, effects) => this.#committed(stats, effects));
+    opts.commits.on('commit', (stats) => this.#committed(stats));
   }
 
   /** Why writes are failing, while they are (/health answers 503 with it); else undefined. */
@@ -71,25 +71,11 @@ export class StorageWatch {
     const first = this.#failing === undefined;
     this.#failing = `${this.#inARow} commits in a row failed on the storage (last: ${err.message})`;
     if (!first) return;
-    const { logger, emergencies } = this.#o;
-    logger.fatal({ err }, `storage: ${this.#failing}; /health answers 503 until a write commits`);
-    emergencies?.raise({
-      reason: 'storage',
-      message: `adapter store writes keep failing: ${this.#failing}`,
-      fields: { AGW_COUNT: this.#inARow, AGW_DETAIL: err.message },
-    });
+    this.#o.events?.emit('storage:failing', { why: this.#failing, count: this.#inARow, err });
     this.#schedule();
   }
 
-  #committed(stats: CommitStats, effects: CommitEffects): void {
-    for (const a of effects.alerts) {
-      if (a.kind === 'alert/storage' && a.payload.reason === 'storage_full') {
-        this.#o.logger.warn(
-          { alert: a.payload },
-          `storage full: ${a.payload.count} message(s) of ${a.payload.recipient} refused (storage_full) since the last alert`,
-        );
-      }
-    }
+  #committed(stats: CommitStats): void {
     if (stats.messages === 0) return; // leases, acks, sweeps: they say little about the disk
     this.#inARow = 0;
     if (this.#failing !== undefined) this.#recovered('a commit of messages');
@@ -112,8 +98,8 @@ export class StorageWatch {
 
   #recovered(what: string): void {
     if (this.#failing === undefined) return;
-    this.#o.logger.warn(`storage: writes work again (${what} committed); /health answers 200`);
     this.#failing = undefined;
+    this.#o.events?.emit('storage:recovered', what);
     this.#inARow = 0;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
