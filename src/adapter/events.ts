@@ -5,7 +5,7 @@
  * metrics subscribe in metrics.ts; the journey, the console's live view and tracing will too.
  */
 import type { Logger } from 'pino';
-import type { Emergencies } from '../journald/emergency.js';
+import { type Emergencies, raiseOrLog } from '../journald/emergency.js';
 import { EventMap } from '../protocol/events.js';
 import type { AlertPayload, CommitEffects, SentAlert } from '../store/store.js';
 
@@ -90,7 +90,7 @@ export function watch(
           ? `${p.count} stored message(s) to ${p.recipient} failed their checksum: quarantined to the dead letters, never served`
           : `${p.count} stored message(s) of ${p.recipient} failed their checksum on a read: skipped, never served`;
     if (reason === 'integrity') logger.error({ alert: p }, `integrity: ${message}`);
-    raise(emergencies, logger, {
+    raiseOrLog(emergencies, logger, {
       reason,
       message,
       fields: {
@@ -104,7 +104,7 @@ export function watch(
   events.on('agent:stalled', (s) => {
     const message = `${s.agent} has not polled for ${s.stalledS} s while ${s.pending} deliveries wait for it`;
     logger.warn({ agent: s.agent, pending: s.pending, last_poll: s.lastPoll }, message);
-    raise(emergencies, logger, {
+    raiseOrLog(emergencies, logger, {
       reason: 'stalled',
       message,
       fields: {
@@ -117,7 +117,7 @@ export function watch(
   });
   events.on('storage:failing', (f) => {
     logger.fatal({ err: f.err }, `storage: ${f.why}; /health answers 503 until a write commits`);
-    raise(emergencies, logger, {
+    raiseOrLog(emergencies, logger, {
       reason: 'storage',
       message: `adapter store writes keep failing: ${f.why}`,
       fields: { AGW_COUNT: f.count, AGW_DETAIL: f.err.message },
@@ -126,17 +126,4 @@ export function watch(
   events.on('storage:recovered', (by) =>
     logger.warn(`storage: writes work again (${by} committed); /health answers 200`),
   );
-}
-
-/** A CRIT entry; one that cannot be written is logged, and the event's other listeners run. */
-function raise(
-  emergencies: Emergencies | undefined,
-  logger: Logger,
-  entry: Parameters<Emergencies['raise']>[0],
-): void {
-  try {
-    emergencies?.raise(entry);
-  } catch (err) {
-    logger.error({ err, reason: entry.reason }, 'could not write a CRIT entry');
-  }
 }

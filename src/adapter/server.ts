@@ -35,6 +35,8 @@ export interface AdapterOptions {
   readonly logger: Logger;
   /** CRIT journald entries for dead-letter and integrity alerts; none when absent. */
   readonly emergencies?: Emergencies;
+  /** The event map, for a caller that listens from the start (docs/reference/events.md). */
+  readonly events?: AdapterEventMap;
   /** sd_notify: READY=1 when /health turns 200, STOPPING=1 at shutdown. */
   readonly notify?: SdNotify;
   /** The clock, ms since the epoch; tests move it. Default Date.now. */
@@ -78,7 +80,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   const now = opts.now ?? Date.now;
   await store.ensureChannels(allChannels(topology));
   // What happens, told once (events.ts): the log and the CRIT entries subscribe first
-  const events = new AdapterEventMap();
+  const events = opts.events ?? new AdapterEventMap();
   watch(events, logger, opts.emergencies);
   const commits = new GroupCommit(store, { events });
   const metrics = new AdapterMetrics(store, commits, [...topology.agents.keys()]);

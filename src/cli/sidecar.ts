@@ -5,6 +5,7 @@
 import { Emergencies } from '../journald/emergency.js';
 import { JournalWriter } from '../journald/writer.js';
 import { createLogger } from '../log.js';
+import { SidecarEventMap } from '../sidecar/events.js';
 import { startSidecar } from '../sidecar/server.js';
 import { SIDECAR_SETTINGS, SidecarSettingsSchema } from '../sidecar/settings.js';
 import { readSettings, SettingsError } from './settings.js';
@@ -29,16 +30,14 @@ export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv
     namespace: env.POD_NAMESPACE,
   });
   let sidecar: Awaited<ReturnType<typeof startSidecar>>;
-  let fatal: ((line: string) => void) | undefined;
-  const fatalLine = new Promise<string>((resolve) => {
-    fatal = resolve;
-  });
+  const events = new SidecarEventMap();
+  const fatalLine = new Promise<string>((resolve) => events.on('fatal', resolve));
   try {
     sidecar = await startSidecar({
       settings,
       logger,
       emergencies,
-      onFatal: (line) => fatal?.(line),
+      events,
       breaker: { baseMs: settings.breakerBaseMs, maxMs: settings.breakerMaxMs },
     });
   } catch (err) {

@@ -431,3 +431,19 @@ export class Emergencies {
     };
   }
 }
+
+/**
+ * An automatic CRIT entry raised from an event listener: one that cannot be written is logged,
+ * and the event's other listeners still run (adapter/events.ts, sidecar/events.ts).
+ */
+export function raiseOrLog(
+  emergencies: Emergencies | undefined,
+  logger: { error(obj: object, msg: string): void },
+  entry: Emergency,
+): void {
+  try {
+    emergencies?.raise(entry);
+  } catch (err) {
+    logger.error({ err, reason: entry.reason }, 'could not write a CRIT entry');
+  }
+}

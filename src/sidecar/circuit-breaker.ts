@@ -11,6 +11,7 @@
 import CircuitBreaker from 'opossum';
 import { type AdapterClient, CallAborted, RetryableAnswer } from './adapter-client.js';
 import { backoff } from './backoff.js';
+import type { SidecarEventMap } from './events.js';
 
 /** What a caller needs of the adapter connection: one call. */
 export type Upstream = Pick<AdapterClient, 'request'>;
@@ -45,7 +46,8 @@ export interface BreakerOptions {
   readonly random?: () => number;
   readonly load?: () => StoredBreaker | undefined;
   readonly save?: (s: StoredBreaker) => void;
-  readonly onTransition?: (s: StoredBreaker) => void;
+  /** Where the breaker tells each change of state, after saving it ('breaker'). */
+  readonly events?: SidecarEventMap;
 }
 
 export class AdapterBreaker {
@@ -55,7 +57,7 @@ export class AdapterBreaker {
   readonly #maxMs: number;
   readonly #random: () => number;
   readonly #save: ((s: StoredBreaker) => void) | undefined;
-  readonly #onTransition: ((s: StoredBreaker) => void) | undefined;
+  readonly #events: SidecarEventMap | undefined;
   #step: number;
   #openedAt: number | null;
 
@@ -64,7 +66,7 @@ export class AdapterBreaker {
     this.#maxMs = opts.maxMs ?? 60_000;
     this.#random = opts.random ?? Math.random;
     this.#save = opts.save;
-    this.#onTransition = opts.onTransition;
+    this.#events = opts.events;
     const stored = opts.load?.();
     this.#step = stored?.step ?? 0;
     this.#openedAt = stored?.openedAt ?? null;
@@ -168,6 +170,6 @@ export class AdapterBreaker {
   #changed(): void {
     const s = this.snapshot;
     this.#save?.(s);
-    this.#onTransition?.(s);
+    this.#events?.emit('breaker', s);
   }
 }

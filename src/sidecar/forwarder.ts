@@ -13,12 +13,12 @@
  * batch entry), stopping at the first refused entry so that the order holds.
  */
 import type { Logger } from 'pino';
-import type { Emergencies } from '../journald/emergency.js';
 import { GatewayError, isRetryableAnswer } from '../protocol/errors.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, MAX_BATCH } from '../protocol/limits.js';
 import { type AdapterClient, type AdapterResponse, RetryableAnswer } from './adapter-client.js';
 import { type BackoffOptions, backoff } from './backoff.js';
 import type { AdapterBreaker } from './circuit-breaker.js';
+import type { SidecarEventMap } from './events.js';
 import type { Outbox, Queued, Refused } from './outbox.js';
 
 export type SendAnswer = { status: number; body: string | object; retryAfterS?: number };
@@ -27,12 +27,11 @@ export interface ForwarderOptions {
   readonly client: AdapterClient;
   readonly breaker: AdapterBreaker;
   readonly outbox: Outbox;
-  readonly emergencies: Emergencies;
+  /** Where the forwarder tells 'send:assigned', 'outbox:full' and 'outbox:dead-letter'. */
+  readonly events: SidecarEventMap;
   readonly logger: Logger;
   /** Backoff of the drain while the adapter is away. */
   readonly backoff: BackoffOptions;
-  /** Each acknowledged send's channel and number (the inbox counts them as handed over). */
-  readonly onAssigned?: (channel: string, seq: number) => void;
 }
 
 /** Whole-batch failures of the same head before the batch is halved, or a lone entry set aside. */
@@ -67,8 +66,6 @@ export class Forwarder {
    * refused at once (413), never queued, since the adapter would refuse it for good.
    */
   maxMessageBytes = DEFAULT_MAX_MESSAGE_BYTES;
-  /** Sends refused because the outbox was full, since start. */
-  refusedFull = 0;
   readonly #o: ForwarderOptions;
   #draining: Promise<void> | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -190,7 +187,7 @@ export class Forwarder {
 
   #assigned(ack: { channel?: unknown; channel_sequence_id?: unknown }): void {
     if (typeof ack.channel === 'string' && typeof ack.channel_sequence_id === 'number') {
-      this.#o.onAssigned?.(ack.channel, ack.channel_sequence_id);
+      this.#o.events.emit('send:assigned', ack.channel, ack.channel_sequence_id);
     }
   }
 
@@ -242,7 +239,7 @@ export class Forwarder {
 
   /** Into the outbox; the drain is due after `retryAfterS` when the adapter said so. */
   #queue(key: string, body: string | Buffer, retryAfterS?: number): SendAnswer {
-    const { outbox, emergencies } = this.#o;
+    const { outbox, events } = this.#o;
     const taken = outbox.enqueue(key, typeof body === 'string' ? body : body.toString('utf8'));
     if (taken === 'conflict') {
       const err = new GatewayError(
@@ -253,12 +250,7 @@ export class Forwarder {
       return { status: err.status, body: err.toJSON() };
     }
     if (taken === 'full') {
-      this.refusedFull++;
-      emergencies.raise({
-        reason: 'outbox_full',
-        message: `the outbox is full (${outbox.capacity}); new messages are refused until the adapter is back`,
-        fields: { AGW_OUTBOX_DEPTH: outbox.depth },
-      });
+      events.emit('outbox:full', { depth: outbox.depth, capacity: outbox.capacity });
       const err = new GatewayError(
         'outbox_full',
         `the outbox holds ${outbox.depth} messages, its bound; this one was not taken`,
@@ -376,19 +368,10 @@ export class Forwarder {
 
   /** Settles a batch's outcome: delivered ones leave, refused ones go to the local dead letters. */
   #setAside(delivered: readonly number[], refused: readonly Refused[]): void {
-    const { outbox, logger, emergencies } = this.#o;
+    const { outbox, events } = this.#o;
     outbox.settle(delivered, refused);
-    for (const r of refused) {
-      logger.error(
-        { key: r.q.idempotency_key, status: r.status },
-        'the adapter refused a queued message for good',
-      );
-      emergencies.raise({
-        reason: 'dead_letter',
-        message: `a queued message was refused by the adapter (${r.status}) and moved to the local dead letters`,
-        fields: { AGW_IDEMPOTENCY_KEY: r.q.idempotency_key, AGW_STATUS: r.status },
-      });
-    }
+    for (const r of refused)
+      events.emit('outbox:dead-letter', { idempotencyKey: r.q.idempotency_key, status: r.status });
   }
 
   /** Tries the drain again after a backoff (exponential, full jitter, capped), or Retry-After. */

@@ -6,20 +6,19 @@
  */
 import type { AdapterClient } from './adapter-client.js';
 import { type BackoffOptions, backoff } from './backoff.js';
+import type { SidecarEventMap } from './events.js';
 
 export interface StartGateOptions {
   readonly client: AdapterClient;
   readonly backoff: BackoffOptions;
   readonly startupAlarmS: number;
-  /** The gate is still shut after startupAlarmS. */
-  readonly onAlarm: () => void;
+  /** Where the gate tells 'gate:alarm' (still shut after startupAlarmS) and 'gate:open'. */
+  readonly events: SidecarEventMap;
   /**
    * Asked once /health has answered 200, before the gate opens: true opens it, false tries
    * again after the backoff (the adapter went away meanwhile). It may also end the sidecar.
    */
   readonly check?: () => Promise<boolean>;
-  /** The adapter answered /health 200 for the first time. */
-  readonly onOpen: () => void;
 }
 
 export class StartGate {
@@ -46,7 +45,7 @@ export class StartGate {
 
   start(): void {
     this.#alarm = setTimeout(() => {
-      if (!this.#open) this.#o.onAlarm();
+      if (!this.#open) this.#o.events.emit('gate:alarm', this.#o.startupAlarmS);
     }, this.#o.startupAlarmS * 1000);
     this.#alarm.unref();
     void this.#probe();
@@ -63,7 +62,7 @@ export class StartGate {
     if ((await this.#o.client.health()) && (await (this.#o.check?.() ?? true))) {
       this.#open = true;
       if (this.#alarm !== undefined) clearTimeout(this.#alarm);
-      this.#o.onOpen();
+      this.#o.events.emit('gate:open');
       this.#resolve();
       return;
     }

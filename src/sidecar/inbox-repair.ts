@@ -30,6 +30,7 @@ import type { Delivery, Message } from '../protocol/wire.js';
 import type { Copy, Held, NewCopy, SidecarFile } from '../store/sidecar-file.js';
 import type { AdapterResponse } from './adapter-client.js';
 import type { Upstream } from './circuit-breaker.js';
+import type { SidecarEventMap } from './events.js';
 
 /** How long the sidecar remembers an ack: far past any lease and retry backoff. */
 const ACKED_MEMORY_MS = 7 * 24 * 3600 * 1000;
@@ -52,6 +53,7 @@ type Item = { seq: number; copy: Copy } | { seq: number; held: Held };
 export class InboxRepair {
   readonly #agent: string;
   readonly #client: Upstream;
+  readonly #events: SidecarEventMap | undefined;
   readonly #file: SidecarFile;
   /** Upstream delivery id → message id, for the deliveries handed over since start. */
   readonly #handedIds = new Map<number, string>();
@@ -67,10 +69,12 @@ export class InboxRepair {
    */
   #calm = false;
 
-  constructor(file: SidecarFile, agent: string, client: Upstream) {
+  /** `events` hears 'inbox:gap' when a delivery's number opens a gap. */
+  constructor(file: SidecarFile, agent: string, client: Upstream, events?: SidecarEventMap) {
     this.#file = file;
     this.#agent = agent;
     this.#client = client;
+    this.#events = events;
   }
 
   /**
@@ -231,6 +235,11 @@ export class InboxRepair {
         this.#calm = false;
         this.#file.gapPage(m.channel, [], last, m.channel_sequence_id);
         busy.add(m.channel);
+        this.#events?.emit('inbox:gap', {
+          channel: m.channel,
+          after: last,
+          until: m.channel_sequence_id,
+        });
       }
       if (busy.has(m.channel)) {
         this.#calm = false;

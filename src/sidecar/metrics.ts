@@ -7,7 +7,7 @@
  */
 import type { Registry } from 'prom-client';
 import type { AdapterBreaker } from './circuit-breaker.js';
-import type { Forwarder } from './forwarder.js';
+import type { SidecarEventMap } from './events.js';
 import type { Outbox } from './outbox.js';
 
 /** What /metrics serves: the text exposition and its content type. */
@@ -23,8 +23,11 @@ const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 export function sidecarMetrics(
   outbox: Outbox,
   breaker: AdapterBreaker,
-  forwarder: Forwarder,
+  events: SidecarEventMap,
 ): SidecarMetrics {
+  // counted from start, whether or not anyone scrapes
+  let refusedFull = 0;
+  events.on('outbox:full', () => refusedFull++);
   let loaded: Promise<Registry> | undefined;
   let registry: Registry | undefined;
   const load = async () => {
@@ -45,7 +48,7 @@ export function sidecarMetrics(
       '1 when the circuit to the adapter is open, 0.5 half-open, 0 closed.',
       () => (breaker.state === 'open' ? 1 : breaker.state === 'half_open' ? 0.5 : 0),
     );
-    // a total since start, kept by the forwarder: a counter read at scrape time (prom-client's
+    // a total since start, counted from the events: a counter read at scrape time (prom-client's
     // Counter has no set; reset then inc within one synchronous collect is one)
     new Counter({
       name: 'agw_sidecar_outbox_full_total',
@@ -53,7 +56,7 @@ export function sidecarMetrics(
       registers: [r],
       collect() {
         this.reset();
-        this.inc(forwarder.refusedFull);
+        this.inc(refusedFull);
       },
     });
     gauge(

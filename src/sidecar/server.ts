@@ -15,6 +15,7 @@ import { SidecarFile } from '../store/sidecar-file.js';
 import { AdapterClient } from './adapter-client.js';
 import type { BackoffOptions } from './backoff.js';
 import { AdapterBreaker, type StoredBreaker } from './circuit-breaker.js';
+import { SidecarEventMap, watch } from './events.js';
 import { Forwarder } from './forwarder.js';
 import { StartGate } from './gate.js';
 import { InboxRepair } from './inbox-repair.js';
@@ -33,10 +34,11 @@ export interface SidecarOptions {
   readonly logger: Logger;
   readonly emergencies: Emergencies;
   /**
-   * The sidecar cannot go on (its token is another agent's): called once with the line to
-   * print; the caller stops the sidecar and exits. Default: throw from the gate (tests).
+   * The sidecar's event map (docs/reference/events.md), for a caller that listens from the
+   * start: the program listens for 'fatal' (the token is another agent's) to stop and exit.
+   * Default: a new map.
    */
-  readonly onFatal?: (line: string) => void;
+  readonly events?: SidecarEventMap;
   /** Breaker and drain timing; defaults are the production ones. */
   readonly breaker?: { baseMs?: number; maxMs?: number; volumeThreshold?: number };
 }
@@ -46,6 +48,8 @@ export interface Sidecar {
   /** Resolves once the adapter's /health has answered 200 (the start gate opened). */
   readonly gateOpen: Promise<void>;
   readonly outbox: Outbox;
+  /** What happens in the sidecar, after it happened (docs/reference/events.md). */
+  readonly events: SidecarEventMap;
   /** The agent-facing operations, for other surfaces than HTTP. */
   readonly service: SidecarService;
   /** The HTTP shell: request hooks (onRequest, onResponse, onError) attach here. */
@@ -56,10 +60,11 @@ export interface Sidecar {
 
 export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const { settings, logger, emergencies } = opts;
+  const events = opts.events ?? new SidecarEventMap();
+  watch(events, logger, emergencies, settings.adapterUrl);
   mkdirSync(dirname(settings.outbox), { recursive: true });
   const file = new SidecarFile(settings.outbox, {
-    onWriteError: (err) =>
-      logger.error({ err }, 'inbox marks could not be written: kept in memory, tried again'),
+    onWriteError: (err) => events.emit('marks:write-error', err),
   });
   const outbox = new Outbox(file, settings.outboxCapacity);
   const timing: BackoffOptions = {
@@ -75,39 +80,20 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     ...opts.breaker,
     load: () => file.getState<StoredBreaker>('breaker'),
     save: (s) => file.setState('breaker', s),
-    onTransition: (s) => {
-      logger.warn({ breaker: s }, `circuit ${s.state}`);
-      if (s.state === 'open') {
-        emergencies.raise({
-          reason: 'circuit_open',
-          message: `the circuit to the adapter opened (step ${s.step}, next probe in ${s.resetMs} ms)`,
-        });
-      }
-    },
+    events,
   });
   // every call the agent makes goes through the one breaker (the drain's too, in the forwarder)
   const upstream = breaker.guard(client);
-  const repair = new InboxRepair(file, settings.agentId, upstream);
-  const forwarder = new Forwarder({
-    client,
-    breaker,
-    outbox,
-    emergencies,
-    logger,
-    onAssigned: (channel, seq) => repair.sent(channel, seq),
-    backoff: timing,
-  });
+  const repair = new InboxRepair(file, settings.agentId, upstream, events);
+  const forwarder = new Forwarder({ client, breaker, outbox, events, logger, backoff: timing });
+  events.on('send:assigned', (channel, seq) => repair.sent(channel, seq));
   const gate = new StartGate({
     client,
     // An agent waits on the gate: it probes /health at most GATE_MAX_MS apart (jittered), so an
     // adapter that comes up is seen within seconds, not after the breaker's 60 s cap.
     backoff: { baseMs: timing.baseMs, maxMs: Math.min(timing.maxMs, GATE_MAX_MS) },
     startupAlarmS: settings.startupAlarmS,
-    onAlarm: () =>
-      emergencies.raise({
-        reason: 'adapter_unreachable',
-        message: `the adapter at ${settings.adapterUrl} has not answered /health for ${settings.startupAlarmS} s since start`,
-      }),
+    events,
     check: async () => {
       // The adapter says who this token is: a token of another agent would send as that agent,
       // and one of no agent would move every queued message to the local dead letters.
@@ -129,13 +115,13 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
           : `AGW_AGENT_TOKEN: the adapter says this token is ${me.agent ?? `not usable (${res.status})`}'s, not AGW_AGENT_ID ${settings.agentId}'s`;
       logger.fatal({ adapter: settings.adapterUrl, agent: settings.agentId }, line);
       gate.stop();
-      (opts.onFatal ?? ((l: string) => logger.error(l)))(line);
+      events.emit('fatal', line);
       return false;
     },
-    onOpen: () => {
-      breaker.close();
-      forwarder.kick();
-    },
+  });
+  events.on('gate:open', () => {
+    breaker.close();
+    forwarder.kick();
   });
   const service = new SidecarService({
     agentId: settings.agentId,
@@ -148,7 +134,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     gate,
     emergencies,
   });
-  const metrics = sidecarMetrics(outbox, breaker, forwarder);
+  const metrics = sidecarMetrics(outbox, breaker, events);
   // The MCP SDK is loaded at the first POST /mcp: a sidecar whose agent uses the HTTP API never
   // pays for it (8-9 MiB of RSS on a 68 MiB sidecar, measured as the image runs it)
   let endpoint: Promise<McpHandler> | undefined;
@@ -193,6 +179,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     url,
     gateOpen: gate.opened,
     outbox,
+    events,
     service,
     http,
     close: async () => {

@@ -7,6 +7,7 @@ import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
 import { AdapterBreaker, type StoredBreaker } from '../../src/sidecar/circuit-breaker.js';
+import { SidecarEventMap } from '../../src/sidecar/events.js';
 
 let hits: number[] = [];
 let port = 0;
@@ -40,14 +41,15 @@ it('probes at most once per backoff interval, the interval doubling from 1 s to 
   vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'Date'] });
   hits = [];
   const opens: StoredBreaker[] = [];
+  const events = new SidecarEventMap().on('breaker', (s) => {
+    if (s.state === 'open') opens.push(s);
+  });
   const breaker = new AdapterBreaker({
     baseMs: 1000,
     maxMs: 8000,
     volumeThreshold: 5,
     random: () => 1, // the top of the jitter range, so the intervals are exact
-    onTransition: (s) => {
-      if (s.state === 'open') opens.push(s);
-    },
+    events,
   });
   for (let i = 0; i < 5; i++) await breaker.fire(call).catch(() => {});
   expect(breaker.state).toBe('open');

@@ -8,13 +8,13 @@
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, expect, it, vi } from 'vitest';
-import type { Emergencies } from '../../src/journald/emergency.js';
 import {
   type AdapterClient,
   type AdapterResponse,
   RetryableAnswer,
 } from '../../src/sidecar/adapter-client.js';
 import { AdapterBreaker } from '../../src/sidecar/circuit-breaker.js';
+import { SidecarEventMap } from '../../src/sidecar/events.js';
 import { Forwarder } from '../../src/sidecar/forwarder.js';
 import { Outbox } from '../../src/sidecar/outbox.js';
 import { SidecarFile } from '../../src/store/sidecar-file.js';
@@ -67,12 +67,15 @@ function forwarder() {
   } as unknown as AdapterClient;
   const breaker = new AdapterBreaker({ baseMs: 50, maxMs: 200 });
   cleanups.push(() => breaker.shutdown());
-  const raise = vi.fn(() => true);
+  // what would have raised a CRIT entry: a send refused as outbox full, or a local dead letter
+  const raise = vi.fn();
+  const events = new SidecarEventMap();
+  events.on('outbox:full', raise).on('outbox:dead-letter', raise);
   const fw = new Forwarder({
     client,
     breaker,
     outbox,
-    emergencies: { raise } as unknown as Emergencies,
+    events,
     logger: pino({ level: 'silent' }),
     backoff: { baseMs: 50, maxMs: 200 },
   });
