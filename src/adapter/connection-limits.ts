@@ -17,9 +17,9 @@
  * flood's oldest, and sends its request at once. Node's own `maxConnections` stays the hard cap
  * over all connections.
  */
-import { EventEmitter } from 'node:events';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { EventMap, ListenerErrors } from '../protocol/events.js';
 
 export interface ConnectionLimitOptions {
   /** AGW_MAX_CONNECTIONS: open connections at most, trusted and untrusted. */
@@ -30,6 +30,8 @@ export interface ConnectionLimitOptions {
   readonly maxPerAddress: number;
   /** AGW_UNAUTHENTICATED_IDLE_MS: how long an untrusted connection may sit idle, ms. */
   readonly idleMs: number;
+  /** Where 'connection:closed' and 'connection:refused' are told (the adapter's event map). */
+  readonly events?: Pick<EventMap<ConnectionEvents & ListenerErrors>, 'emit'>;
 }
 
 export interface ConnectionEvents {
@@ -56,7 +58,7 @@ interface Peer {
   readonly idle: Set<Conn>;
 }
 
-export class ConnectionLimits extends EventEmitter<ConnectionEvents> {
+export class ConnectionLimits {
   readonly #opts: ConnectionLimitOptions;
   /** Untrusted connections at most: AGW_MAX_CONNECTIONS less the reserve. */
   readonly maxUntrusted: number;
@@ -67,7 +69,6 @@ export class ConnectionLimits extends EventEmitter<ConnectionEvents> {
   #untrusted = 0;
 
   constructor(opts: ConnectionLimitOptions) {
-    super();
     this.#opts = opts;
     this.maxUntrusted = Math.max(
       1,
@@ -138,13 +139,13 @@ export class ConnectionLimits extends EventEmitter<ConnectionEvents> {
 
   #refuse(socket: Socket, address: string): void {
     socket.destroy();
-    this.emit('connection:refused', address);
+    this.#opts.events?.emit('connection:refused', address);
   }
 
   #close(c: Conn, reason: 'idle' | 'evicted'): void {
     this.#forget(c); // at once: the admission that evicted it counts without it
     c.socket.destroy();
-    this.emit('connection:closed', reason, c.address);
+    this.#opts.events?.emit('connection:closed', reason, c.address);
   }
 
   #idleNow(c: Conn): void {

@@ -8,6 +8,8 @@ import type { Logger } from 'pino';
 import { type Emergencies, raiseOrLog } from '../journald/emergency.js';
 import { EventMap } from '../protocol/events.js';
 import type { AlertPayload, CommitEffects, SentAlert } from '../store/store.js';
+import type { ConnectionEvents } from './connection-limits.js';
+import type { ResponseEvents } from './response-budget.js';
 
 export interface CommitStats {
   /** Messages appended (a batch counts each), and operations of any kind. */
@@ -42,7 +44,7 @@ export interface StalledAgent {
   readonly stalledS: number;
 }
 
-export interface AdapterEvents extends CommitEvents {
+export interface AdapterEvents extends CommitEvents, ConnectionEvents, ResponseEvents {
   /** An agent has not polled for AGW_STALL_S while deliveries wait; its alert/stalled committed. */
   'agent:stalled': [stalled: StalledAgent];
   /** Writes keep failing on the storage: /health answers 503 from now. */
@@ -123,6 +125,9 @@ export function watch(
       fields: { AGW_COUNT: f.count, AGW_DETAIL: f.err.message },
     });
   });
+  events.on('response:timeout', (bytes) =>
+    logger.warn({ bytes }, 'a client did not take its answer in time; its connection was cut'),
+  );
   events.on('storage:recovered', (by) =>
     logger.warn(`storage: writes work again (${by} committed); /health answers 200`),
   );

@@ -15,9 +15,9 @@
  *   go once written), and must be taken within AGW_WRITE_TIMEOUT_MS (30 s: 8 MiB at 280 KB/s);
  *   else its connection is cut, and its slot and bytes are freed.
  */
-import { EventEmitter } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { GatewayError } from '../protocol/errors.js';
+import type { EventMap, ListenerErrors } from '../protocol/events.js';
 
 export interface ResponseEvents {
   /** A client did not take its answer within AGW_WRITE_TIMEOUT_MS: its connection was cut. */
@@ -29,7 +29,7 @@ export interface ResponseEvents {
 /** Writes are gathered into chunks of this, so a page of small messages is not 1,000 writes. */
 const CHUNK_CHARS = 64 * 1024;
 
-export class ResponseBudget extends EventEmitter<ResponseEvents> {
+export class ResponseBudget {
   #inFlight = 0;
 
   constructor(
@@ -37,9 +37,9 @@ export class ResponseBudget extends EventEmitter<ResponseEvents> {
     readonly maxBytes: number,
     /** AGW_WRITE_TIMEOUT_MS. */
     readonly writeTimeoutMs: number,
-  ) {
-    super();
-  }
+    /** Where 'response:timeout' and 'response:overloaded' are told (the adapter's event map). */
+    readonly events?: Pick<EventMap<ResponseEvents & ListenerErrors>, 'emit'>,
+  ) {}
 
   /** Bytes of answers being built or sent now. */
   get inFlight(): number {
@@ -52,7 +52,7 @@ export class ResponseBudget extends EventEmitter<ResponseEvents> {
    */
   reserve(res: ServerResponse, bytes: number, force = false): Reservation {
     if (!force && this.#inFlight + bytes > this.maxBytes) {
-      this.emit('response:overloaded', this.#inFlight);
+      this.events?.emit('response:overloaded', this.#inFlight);
       throw new GatewayError(
         'overloaded',
         `answers of ${this.#inFlight} bytes are in flight already (AGW_MAX_RESPONSE_BYTES ${this.maxBytes}); retry shortly`,
@@ -90,7 +90,7 @@ export class ResponseBudget extends EventEmitter<ResponseEvents> {
     for (const p of parts) length += Buffer.byteLength(p);
     reservation.resize(length);
     const timer = setTimeout(() => {
-      this.emit('response:timeout', length);
+      this.events?.emit('response:timeout', length);
       res.destroy();
     }, this.writeTimeoutMs);
     res.once('close', () => clearTimeout(timer));

@@ -113,10 +113,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     keepKinds: settings.retentionKeepKinds,
     keepDays: settings.retentionKeepDays,
   });
-  const responses = new ResponseBudget(settings.maxResponseBytes, settings.writeTimeoutMs);
-  responses.on('response:timeout', (bytes) =>
-    logger.warn({ bytes }, 'a client did not take its answer in time; its connection was cut'),
-  );
+  const responses = new ResponseBudget(settings.maxResponseBytes, settings.writeTimeoutMs, events);
   let ready = false;
   let closing = false;
   let checkFailed: string | undefined;
@@ -187,6 +184,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     reservedPercent: settings.reservedConnectionsPercent,
     maxPerAddress: settings.maxConnectionsPerAddress,
     idleMs: settings.unauthenticatedIdleMs,
+    events,
   });
   let http: HttpShell;
   try {

@@ -93,10 +93,12 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (store) => {
     timeout: 120_000,
   }, async () => {
     const t = await adapterWith(store, { maxReadsPerAgent: '1', writeTimeoutMs: '300' });
-    const cut = once(t.adapter.responses, 'response:timeout');
+    const cut = new Promise<[number]>((resolve) =>
+      t.adapter.events.on('response:timeout', (bytes) => resolve([bytes])),
+    );
     const stalled = await stalledReplay(t.url);
     expect(stalled.head).toBe('HTTP/1.1 200');
-    const [bytes] = (await cut) as [number];
+    const [bytes] = await cut;
     expect(bytes).toBeGreaterThan(PAGE / 2); // the page's answer, cut
     // what the client still finds is its answer's beginning, then the end of the connection
     expect(await drain(stalled.socket)).toBeLessThan(bytes);
