@@ -9,9 +9,9 @@
  * memory), so a restarted sidecar resumes an open breaker instead of hammering a down adapter.
  */
 import CircuitBreaker from 'opossum';
+import type { EventMap, ListenerErrors } from '../protocol/events.js';
 import { type AdapterClient, CallAborted, RetryableAnswer } from './adapter-client.js';
 import { backoff } from './backoff.js';
-import type { SidecarEventMap } from './events.js';
 
 /** What a caller needs of the adapter connection: one call. */
 export type Upstream = Pick<AdapterClient, 'request'>;
@@ -26,6 +26,12 @@ export interface StoredBreaker {
   readonly openedAt: number | null;
   /** The reset timeout that open chose, ms. */
   readonly resetMs: number;
+}
+
+/** What the breaker tells (a part of the sidecar's map, events.ts). */
+export interface BreakerEvents {
+  /** The circuit to the adapter changed state (open, half-open, closed); the state is saved. */
+  breaker: [state: StoredBreaker];
 }
 
 export interface BreakerOptions {
@@ -47,7 +53,7 @@ export interface BreakerOptions {
   readonly load?: () => StoredBreaker | undefined;
   readonly save?: (s: StoredBreaker) => void;
   /** Where the breaker tells each change of state, after saving it ('breaker'). */
-  readonly events?: SidecarEventMap;
+  readonly events?: Pick<EventMap<BreakerEvents & ListenerErrors>, 'emit'>;
 }
 
 export class AdapterBreaker {
@@ -57,7 +63,7 @@ export class AdapterBreaker {
   readonly #maxMs: number;
   readonly #random: () => number;
   readonly #save: ((s: StoredBreaker) => void) | undefined;
-  readonly #events: SidecarEventMap | undefined;
+  readonly #events: BreakerOptions['events'];
   #step: number;
   #openedAt: number | null;
 

@@ -8,11 +8,9 @@
 import type { Logger } from 'pino';
 import { type Emergencies, raiseOrLog } from '../journald/emergency.js';
 import { EventMap } from '../protocol/events.js';
-import type { StoredBreaker } from './circuit-breaker.js';
+import type { BreakerEvents } from './circuit-breaker.js';
 
-export interface SidecarEvents {
-  /** The circuit to the adapter changed state (open, half-open, closed); the state is saved. */
-  breaker: [state: StoredBreaker];
+export interface SidecarEvents extends BreakerEvents {
   /** The adapter's /health answered 200 and the start check passed: agents may go on. */
   'gate:open': [];
   /** The gate is still shut `afterS` seconds after start. */

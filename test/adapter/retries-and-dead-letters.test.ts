@@ -9,6 +9,7 @@ import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { call, type Json } from '../helpers/http.js';
+import { until } from '../helpers/wait.js';
 
 let t: TestAdapter | undefined;
 afterEach(async () => {
@@ -43,15 +44,6 @@ function deliveryRow(id: number): { state: number; attempt: number } {
     };
   } finally {
     db.close();
-  }
-}
-
-/** Polls `check` until it holds; the deadline is generous and only bounds a failing test. */
-async function until(check: () => boolean, what: string, ms = 10_000) {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
   }
 }
 

@@ -30,8 +30,9 @@ import { afterAll, expect, it } from 'vitest';
 import { GatewayClient } from '../../src/client/index.js';
 import { type ChildProcessOfCli, spawnAdapter, spawnSidecar } from '../helpers/cli.js';
 import { PgServer } from '../helpers/pg-server.js';
-import { type ReplicaSet, startReplicaSet, waitFor } from '../helpers/replicas.js';
+import { type ReplicaSet, startReplicaSet } from '../helpers/replicas.js';
 import { AGENTS, CHANNELS, tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
+import { until } from '../helpers/wait.js';
 
 const SECONDS = Number(process.env.AGW_CHAOS_SECONDS ?? 90);
 /** 80 s by default: with its three replicas' start and the drain, CI's soak grows by ~90 s. */
@@ -265,23 +266,23 @@ async function replicaAdapters(): Promise<Adapters> {
       replicas.liveSlots().map(async (i) => {
         const url = replicas.urlOf(i);
         // a heartbeat: a commit (the agents row) whose message nobody receives
-        await waitFor(`replica ${i} to commit again after the server's restart`, async () => {
+        await until(async () => {
           const a = await answerOf(url, 'POST', '/v1/heartbeat', 'orchestrator', {});
           if (typeof a === 'string' || a.status >= 300) return false;
           commitMs = Math.max(commitMs, Date.now() - t0);
           return true;
-        });
-        await waitFor(`replica ${i}'s /health to turn 200 after the server's restart`, async () => {
+        }, `replica ${i} to commit again after the server's restart`);
+        await until(async () => {
           const a = await answerOf(url, 'GET', '/health');
           if (typeof a === 'string' || a.status !== 200) return false;
           healthMs = Math.max(healthMs, Date.now() - t0);
           return true;
-        });
+        }, `replica ${i}'s /health to turn 200 after the server's restart`);
       }),
     );
     serverOutages.recoveries.push({ commitMs, healthMs });
     // and each replica listens again (pg-wake.ts reconnected): one agw-listen session each
-    await waitFor('every replica to LISTEN again', async () => {
+    await until(async () => {
       const c = new pg.Client({ connectionString: dbUrl });
       await c.connect();
       try {
@@ -292,7 +293,7 @@ async function replicaAdapters(): Promise<Adapters> {
       } finally {
         await c.end();
       }
-    });
+    }, 'every replica to LISTEN again');
   };
 
   return {

@@ -251,18 +251,3 @@ export async function alerts(url: string): Promise<Json[]> {
     (m) => m.sender === 'adapter',
   );
 }
-
-/** Waits until `check` answers true, or throws `what` after `timeoutMs`; polls every `everyMs`. */
-export async function waitFor(
-  what: string | (() => string),
-  check: () => boolean | Promise<boolean>,
-  { timeoutMs = 60_000, everyMs = 100 } = {},
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline)
-      throw new Error(`not within ${timeoutMs} ms: ${typeof what === 'string' ? what : what()}`);
-    await sleep(everyMs);
-  }
-}

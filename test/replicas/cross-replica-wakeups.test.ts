@@ -7,14 +7,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { call, type Json } from '../helpers/http.js';
-import {
-  envelope,
-  post,
-  type ReplicaSet,
-  sleep,
-  startReplicaSet,
-  waitFor,
-} from '../helpers/replicas.js';
+import { envelope, post, type ReplicaSet, sleep, startReplicaSet } from '../helpers/replicas.js';
+import { until, untilParked } from '../helpers/wait.js';
 
 let set: ReplicaSet;
 let admin: pg.Client;
@@ -42,7 +36,7 @@ async function wakeAcross(
   const poll = call(pollUrl, 'GET', '/v1/inbox?wait=30&max=10', { agent }).finally(() => {
     returned = true;
   });
-  await sleep(500); // let it park: a poll opened after the commit would prove nothing
+  await untilParked(pollUrl, agent); // a poll opened after the commit would prove nothing
   await whileWaiting();
   expect(returned, 'the poll returned before anything was sent').toBe(false);
   const body = envelope(`@${agent}`, { cross: true });
@@ -120,10 +114,10 @@ it('still wakes while its LISTEN connection is being killed', {
   expect(killedPids.length, 'LISTEN connections found and killed').toBeGreaterThan(0);
   // the replicas live on, listen again once the cutting stops, and wake each other as before
   expect(set.replicas.running(), set.replicas.logs()).toHaveLength(3);
-  await waitFor(
-    'every replica LISTENs again after its connection was killed',
+  await until(
     async () => (await listeners()).length >= 3,
-    { timeoutMs: 60_000, everyMs: 250 },
+    'every replica LISTENs again after its connection was killed',
+    { ms: 60_000, everyMs: 250 },
   );
   await wakeAcross(url(2), url(0), 'qa');
   console.log(`killed LISTEN backends: ${killedPids.join(' ')}`);

@@ -14,7 +14,8 @@ import { afterEach, expect, it } from 'vitest';
 import { startTestAdapter } from '../helpers/adapter.js';
 import { call } from '../helpers/http.js';
 import { testDatabase } from '../helpers/pg.js';
-import { replayAll, waitFor } from '../helpers/replicas.js';
+import { replayAll } from '../helpers/replicas.js';
+import { until } from '../helpers/wait.js';
 
 const stops: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -58,13 +59,13 @@ it('answers 503 with Retry-After past the lock timeout, turns /health 503, and c
   const stuck = send(a.url, 'pm', '@qa', key);
   // while its group waits on the lock, /health says so (the Service stops routing here)
   let health: { status: number; body: { message?: string } } = { status: 0, body: {} };
-  await waitFor(
-    () => `a's /health to turn 503 while its commit waits (last: ${JSON.stringify(health)})`,
+  await until(
     async () => {
       health = await call(a.url, 'GET', '/health');
       return health.status === 503;
     },
-    { timeoutMs: 20_000 },
+    () => `a's /health to turn 503 while its commit waits (last: ${JSON.stringify(health)})`,
+    { ms: 20_000 },
   );
   expect(health.body.message).toMatch(/^store: a commit has been running for [\d.]+ s/);
   // a write of this adapter that does not need the row, queued behind the stuck group
@@ -84,9 +85,9 @@ it('answers 503 with Retry-After past the lock timeout, turns /health 503, and c
   await release();
   const again = await send(a.url, 'pm', '@qa', key);
   expect(again.status).toBe(201); // nothing of the first try was stored: not a duplicate
-  await waitFor("a's /health to turn 200 again", async () => {
+  await until(async () => {
     return (await call(a.url, 'GET', '/health')).status === 200;
-  });
+  }, "a's /health to turn 200 again");
   const qa = await replayAll(a.url, '@qa');
   expect(qa.map((m) => m.channel_sequence_id)).toEqual([1, 2]);
   expect(qa.filter((m) => m.idempotency_key === key)).toHaveLength(1);

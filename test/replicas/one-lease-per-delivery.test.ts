@@ -7,14 +7,8 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { call, type Json } from '../helpers/http.js';
-import {
-  envelope,
-  post,
-  type ReplicaSet,
-  sleep,
-  startReplicaSet,
-  waitFor,
-} from '../helpers/replicas.js';
+import { envelope, post, type ReplicaSet, sleep, startReplicaSet } from '../helpers/replicas.js';
+import { until } from '../helpers/wait.js';
 
 const MESSAGES = Number(process.env.AGW_TEST_REPLICA_MESSAGES ?? 240); // below the queue bound, 500
 const POLLERS = 12;
@@ -105,11 +99,11 @@ it(`hands each delivery to one poller of ${POLLERS} over three replicas`, {
   });
   try {
     await Promise.all(senders);
-    await waitFor(
+    await until(
+      () => received.size >= MESSAGES,
       () =>
         `${received.size} of ${MESSAGES} messages handed out; ${problems.slice(0, 3).join('; ')}`,
-      () => received.size >= MESSAGES,
-      { timeoutMs: 120_000 },
+      { ms: 120_000 },
     );
   } finally {
     done = true;

@@ -12,6 +12,7 @@ import type { Store } from '../../src/store/store.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { pollAs, sendAs } from '../helpers/http.js';
 import { testDatabase } from '../helpers/pg.js';
+import { untilParked } from '../helpers/wait.js';
 
 const stops: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -46,7 +47,7 @@ it('answers a poll parked on a replica that hears nothing, by the safety poll', 
 }, async () => {
   const { a, b } = await pair(true);
   const poll = pollAs(a.url, 'qa', { wait: 30 });
-  await new Promise((r) => setTimeout(r, 300)); // parked: its first lease found nothing
+  await untilParked(a.url, 'qa'); // its first lease found nothing
   const id = await sendAs(b.url, 'pm', '@qa');
   const got = await poll;
   expect(got.map((d) => d.message.message_id)).toEqual([id]);
@@ -57,7 +58,7 @@ it('without the safety poll, the same poll waits out its time empty', {
 }, async () => {
   const { a, b } = await pair(false);
   const poll = pollAs(a.url, 'qa', { wait: 3 });
-  await new Promise((r) => setTimeout(r, 300));
+  await untilParked(a.url, 'qa');
   const id = await sendAs(b.url, 'pm', '@qa');
   expect(await poll).toEqual([]);
   // the message is there for the next poll: nothing was lost, only not announced

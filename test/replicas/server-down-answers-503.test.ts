@@ -12,7 +12,7 @@ import type { PgStore } from '../../src/store/pg-store.js';
 import { startTestAdapter } from '../helpers/adapter.js';
 import { call } from '../helpers/http.js';
 import { PgServer } from '../helpers/pg-server.js';
-import { waitFor } from '../helpers/replicas.js';
+import { until } from '../helpers/wait.js';
 
 const stops: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -58,14 +58,14 @@ it('answers 503 with Retry-After while PostgreSQL is down, and recovers by itsel
   expect((await call(a.url, 'GET', '/health')).status).toBe(503);
 
   await server.start(); // crash recovery on the same directory
-  await waitFor('the send to commit after the restart', async () => (await send()).status === 201);
-  await waitFor('/health to turn 200', async () => {
+  await until(async () => (await send()).status === 201, 'the send to commit after the restart');
+  await until(async () => {
     return (await call(a.url, 'GET', '/health')).status === 200;
-  });
-  await waitFor('the LISTEN connection to be made again', () => {
+  }, '/health to turn 200');
+  await until(() => {
     const l = store.listener;
     return l.pid !== undefined && l.pid !== listenerBefore && l.reconnects > 0;
-  });
+  }, 'the LISTEN connection to be made again');
   const replay = await call(a.url, 'GET', '/v1/channels/@qa/messages?after=0', { agent: 'qa' });
   expect(replay.status).toBe(200);
   expect(

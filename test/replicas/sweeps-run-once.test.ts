@@ -19,8 +19,8 @@ import {
   type ReplicaSet,
   sleep,
   startReplicaSet,
-  waitFor,
 } from '../helpers/replicas.js';
+import { until } from '../helpers/wait.js';
 
 const WINDOW_MS = 30_000; // CONTRACT.md: at most one alert per recipient and reason every 30 s
 const PER_RECIPIENT = 8; // ≤ 20: every message id fits in the alerts' lists
@@ -67,26 +67,26 @@ it('makes one dead letter per expired lease and one alert per window across repl
   // one message each, expired: its dead letter raises the first alert of the window at once
   for (const r of RECIPIENTS) await send(r, 1);
   for (const r of RECIPIENTS) await takeAll(r, 1);
-  await waitFor('the first two dead letters', async () => (await deadOf()).length >= 2);
-  await waitFor('the first alerts', async () => (await alerts(url(1))).length >= 2);
+  await until(async () => (await deadOf()).length >= 2, 'the first two dead letters');
+  await until(async () => (await alerts(url(1))).length >= 2, 'the first alerts');
 
   // the rest, within the window: counted, and sent as one alert per recipient when it ends
   for (const r of RECIPIENTS) await send(r, PER_RECIPIENT - 1);
   for (const r of RECIPIENTS) await takeAll(r, PER_RECIPIENT - 1);
   const total = RECIPIENTS.length * PER_RECIPIENT;
-  await waitFor(
-    'every lease expired and dead-lettered',
+  await until(
     async () => (await deadOf()).length >= total,
+    'every lease expired and dead-lettered',
   );
   const counted = async (r: string) =>
     (await alerts(url(2)))
       .filter((a) => a.payload.recipient === r)
       .reduce((n, a) => n + (a.payload.count as number), 0);
   for (const r of RECIPIENTS)
-    await waitFor(
-      `the window ends and the aggregated alert about ${r} goes out`,
+    await until(
       async () => (await counted(r)) >= PER_RECIPIENT,
-      { timeoutMs: WINDOW_MS + 60_000, everyMs: 500 },
+      `the window ends and the aggregated alert about ${r} goes out`,
+      { ms: WINDOW_MS + 60_000, everyMs: 500 },
     );
   // a second replica doing the same sweep would commit within moments of the first: look again
   await sleep(3000);

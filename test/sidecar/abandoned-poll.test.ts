@@ -17,6 +17,7 @@ import { CLI } from '../helpers/cli.js';
 import { call, type Json, recordingProxy, sendAs } from '../helpers/http.js';
 import { connectClient } from '../helpers/mcp.js';
 import { startTestSidecar } from '../helpers/sidecar.js';
+import { parkedPolls } from '../helpers/wait.js';
 
 const stops: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -36,17 +37,9 @@ async function stack() {
   return { adapter, proxy, qa };
 }
 
-/** The adapter's count of qa's parked polls, from its /metrics. */
-async function parked(adapterUrl: string): Promise<number> {
-  const text = (await call(adapterUrl, 'GET', '/metrics')).body as string;
-  const m = /^agw_agent_parked_polls\{agent="qa"\} (\d+)$/m.exec(text);
-  if (m === null) throw new Error('no agw_agent_parked_polls for qa in /metrics');
-  return Number(m[1]);
-}
-
 /** Scrapes until qa has `n` polls parked at the adapter (each turn a scrape: no guessed sleep). */
 async function untilParked(adapterUrl: string, n: number): Promise<void> {
-  while ((await parked(adapterUrl)) !== n) await new Promise((r) => setImmediate(r));
+  while ((await parkedPolls(adapterUrl, 'qa')) !== n) await new Promise((r) => setImmediate(r));
 }
 
 /** A request the test will give up: its socket destroyed before any answer. */

@@ -19,6 +19,7 @@ import {
 import { call, type Json } from '../helpers/http.js';
 import { startJournal, type TestJournal } from '../helpers/journald.js';
 import { tempDir, tokenOf, topologyObject, writeTopology } from '../helpers/topology.js';
+import { until } from '../helpers/wait.js';
 
 let journal: TestJournal;
 const { dir, cleanup } = tempDir('agw-sidecar-');
@@ -79,18 +80,6 @@ async function sidecarFor(
 const portOf = (url: string) => Number(new URL(url).port);
 const send = (sidecar: string, n: number, to = '@qa') =>
   call(sidecar, 'POST', '/v1/messages', { body: { to, kind: 'status', payload: { n } } });
-/**
- * Waits for an event the sidecar shows only in its answers (its gate, its outbox depth) by
- * asking again every 50 ms: the interval paces the polling, it guesses nothing; the deadline is
- * generous and only bounds a failing test.
- */
-async function until(check: () => Promise<boolean>, what: string, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 /** Until the sidecar's start gate is open (the adapter's /health answered). */
 const gateOpen = (sidecar: string) =>
   until(async () => (await call(sidecar, 'GET', '/readyz')).status === 200, 'the start gate');

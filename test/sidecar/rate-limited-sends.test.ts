@@ -16,6 +16,7 @@ import { SidecarSettingsSchema } from '../../src/sidecar/settings.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { call, type Json } from '../helpers/http.js';
 import { tempDir, tokenOf } from '../helpers/topology.js';
+import { until } from '../helpers/wait.js';
 
 const stops: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -64,18 +65,6 @@ const batchRequests = async (adapter: TestAdapter) =>
       (await call(adapter.url, 'GET', '/metrics')).body,
     )?.[1] ?? 0,
   );
-
-/**
- * Until `check` holds, asking every 50 ms: the interval paces the asking, it guesses nothing;
- * the deadline only bounds a failing test.
- */
-async function until(check: () => boolean | Promise<boolean>, what: string, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 it('queues the sends past the rate and delivers all of them once, in send order, after the Retry-After; no circuit failure, no CRIT entry', {
   timeout: 30_000,

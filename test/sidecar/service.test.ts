@@ -10,6 +10,7 @@ import type { Sidecar } from '../../src/sidecar/server.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { call, type Json } from '../helpers/http.js';
 import { startTestSidecar } from '../helpers/sidecar.js';
+import { until } from '../helpers/wait.js';
 
 const stops: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -231,7 +232,7 @@ it('sends complete while 20 long polls are parked, and the breaker stays closed'
   await until(async () => {
     const m = await call(adapter.url, 'GET', '/metrics');
     return Number(/agw_commit_messages_count (\d+)/.exec(m.body)?.[1] ?? 0) > 0;
-  });
+  }, "the adapter's first commit in its metrics");
   const sends = await Promise.all(
     Array.from({ length: 20 }, (_, n) =>
       qa.service.send({ to: 'product', kind: 'status', payload: { n } }),
@@ -246,14 +247,6 @@ it('sends complete while 20 long polls are parked, and the breaker stays closed'
   await adapter.stop();
   await settled;
 });
-
-async function until(check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 10_000; // generous: it only bounds a failing test
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('the condition never held');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 it("keeps the agent's emergencies to one budget whatever the reason: past it 429, counted, not written", async () => {
   const adapter = await startTestAdapter();
