@@ -107,6 +107,11 @@ it('installs as one package with no dependency, no native module and no install 
     `@agent-gateway/client tarball: ${pack!.size} bytes, ${pack!.unpackedSize} unpacked, ${files.length} files`,
   );
 
+  // published beside the root package, with the same version
+  const version = (file: string) =>
+    (JSON.parse(readFileSync(join(ROOT, file), 'utf8')) as { version: string }).version;
+  expect(version('src/client/package.json')).toBe(version('package.json'));
+
   const project = join(dir, 'project');
   mkdirSync(project);
   writeFileSync(
