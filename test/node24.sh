@@ -55,12 +55,14 @@ tar -C "$ROOT" -c \
 
 export PATH="$NODE_DIR/bin:$PATH"
 export npm_config_nodedir="$NODE_DIR"
-export npm_config_build_from_source=true
 [ "$(node --version)" = "$WANT" ] || fail "node on PATH is $(node --version), not $WANT"
 cd "$WORK/tree"
 
 say "npm ci on Node $(node --version) (npm $(npm --version)), native modules from source"
-npm ci --no-audit --no-fund --loglevel=error >"$WORK/npm-ci.log" 2>&1 ||
+# npm_config_build_from_source: for npm ci alone (npm warns of it as an unknown setting; it is
+# prebuild-install's, read from the environment)
+npm_config_build_from_source=true npm ci --no-audit --no-fund --loglevel=error \
+  >"$WORK/npm-ci.log" 2>&1 ||
   { tail -40 "$WORK/npm-ci.log"; fail "npm ci on Node $WANT"; }
 # both native modules built here, for this Node's ABI: node-gyp leaves its object files
 for m in better-sqlite3 unix-dgram; do
