@@ -17,7 +17,11 @@ const helpersOf = (text: string) =>
 
 function files(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? files(join(dir, e.name)) : [join(dir, e.name)],
+    !e.isDirectory()
+      ? [join(dir, e.name)]
+      : e.name === 'node_modules' || e.name === 'dist'
+        ? []
+        : files(join(dir, e.name)),
   );
 }
 

@@ -1,5 +1,6 @@
 /**
- * The typed client agent runtimes import (`agent-gateway/client`). It speaks to the agent's
+ * The typed client agent runtimes import (`agent-gateway/client`, or the package
+ * `@agent-gateway/client` alone: docs/reference/client.md). It speaks to the agent's
  * sidecar on localhost (no token: the pod is the trust boundary), or to the adapter directly
  * with a token. No dependencies beyond Node's fetch.
  *

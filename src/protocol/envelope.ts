@@ -6,9 +6,9 @@ import { z } from 'zod';
 import { GatewayError, isGatewayError } from './errors.js';
 import { UUIDV7_PATTERN } from './ids.js';
 import { MAX_DEPTH } from './limits.js';
+import { PRIORITIES, type Priority } from './priority.js';
 
-export const PRIORITIES = ['normal', 'critical'] as const;
-export type Priority = (typeof PRIORITIES)[number];
+export { PRIORITIES, type Priority } from './priority.js';
 
 /**
  * Kinds that are critical when the sender leaves `priority` out (CONTRACT.md): an escalation or

