@@ -15,10 +15,10 @@ import { readFileSync, statSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import type { AlertRow } from '../store/alert-rows.js';
 import { isPostgresUrl, shownDb } from '../store/open.js';
-import { PG_MIGRATIONS } from '../store/pg-sql.js';
-import { MIGRATIONS } from '../store/sql.js';
+import { PG_MIGRATIONS } from '../store/postgres/pg-sql.js';
+import type { AlertRow } from '../store/rules/alert-rows.js';
+import { MIGRATIONS } from '../store/sqlite/sql.js';
 
 const USAGE = 'usage: agent-gateway migrate-store --from <sqlite file> --to <postgres url>';
 
@@ -220,7 +220,7 @@ async function copy(source: Database.Database, url: string): Promise<Counts> {
  * advisory lock, so adapters starting at the same time wait), then closed again.
  */
 async function createSchema(url: string): Promise<void> {
-  const { openPgStore } = await import('../store/pg-store.js');
+  const { openPgStore } = await import('../store/postgres/pg-store.js');
   const store = await openPgStore(url, {});
   await store.close();
 }

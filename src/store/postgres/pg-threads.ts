@@ -6,14 +6,22 @@
  * locks its threads sorted, after its channels and agents.
  */
 import type pg from 'pg';
-import { GatewayError } from '../protocol/errors.js';
-import { uuidv7Time } from '../protocol/ids.js';
+import { GatewayError } from '../../protocol/errors.js';
+import { uuidv7Time } from '../../protocol/ids.js';
+import {
+  type BudgetRefusal,
+  type Placement,
+  ROOT,
+  replyHop,
+  replyPlacement,
+  replyTarget,
+  seenWithoutDelivery,
+  type TargetRow,
+  type ThreadRow,
+} from '../rules/thread-rows.js';
+import type { MessageDraft, ThreadBudgets } from '../store.js';
 import { PG_SQL } from './pg-sql.js';
-import type { TargetRow, Tx } from './pg-tx.js';
-import type { BudgetReason, MessageDraft, ThreadBudgets } from './store.js';
-import type { Placement, ThreadRow } from './thread-rows.js';
-
-const ROOT: Placement = { threadId: null, hop: 0, replyTo: null, count: 0 };
+import type { Tx } from './pg-tx.js';
 
 export class PgThreads {
   readonly #budgets: ThreadBudgets;
@@ -74,7 +82,7 @@ export class PgThreads {
     return t;
   }
 
-  /** As sqlite-threads.ts place(): the thread and hop of a new message, or its refusal. */
+  /** The thread and hop of a new message, or its refusal (rules/thread-rows.ts). */
   async place(tx: Tx, d: MessageDraft): Promise<Placement | GatewayError> {
     const t = await this.#target(tx, d);
     if (t === undefined) return ROOT;
@@ -82,29 +90,12 @@ export class PgThreads {
     // a thread the group did not lock before (its message committed since): locked now, and
     // every statement sent after this runs under it
     tx.lockThreads([t.thread_id]);
-    const continuation = d.sender === this.#alertsTo;
-    const hop = continuation ? 0 : t.hop + 1;
-    if (hop > this.#budgets.hops) {
-      return this.#refuse(
-        tx,
-        'hop_budget_exceeded',
-        t,
-        d,
-        `a reply to ${t.message_id} would be hop ${hop} of its chain, past AGW_HOP_BUDGET (${this.#budgets.hops}); ${this.#alertsTo} (alerts_to) may continue thread ${t.thread_id}`,
-      );
-    }
-    if (!continuation) await this.loadCounts(tx, [t.thread_id]);
-    const count = continuation ? 1 : (tx.counts.get(t.thread_id) ?? 1) + 1;
-    if (count > this.#budgets.messages) {
-      return this.#refuse(
-        tx,
-        'thread_budget_exceeded',
-        t,
-        d,
-        `thread ${t.thread_id} holds ${count - 1} messages of agents since its last continuation, its AGW_THREAD_BUDGET; ${this.#alertsTo} (alerts_to) may continue it`,
-      );
-    }
-    return { threadId: t.thread_id, hop, replyTo: t.message_id, count };
+    const h = replyHop(t, d, this.#budgets, this.#alertsTo);
+    if (!('hop' in h)) return this.#refuse(tx, h, t, d);
+    if (!h.continuation) await this.loadCounts(tx, [t.thread_id]);
+    const stored = h.continuation ? undefined : tx.counts.get(t.thread_id);
+    const p = replyPlacement(t, h, stored, this.#budgets, this.#alertsTo);
+    return 'reason' in p ? this.#refuse(tx, p, t, d) : p;
   }
 
   record(tx: Tx, p: Placement, at: number): void {
@@ -156,55 +147,25 @@ export class PgThreads {
     }
   }
 
+  /** The message a draft answers, as its sender could see it (rules: replyTarget). */
   async #target(tx: Tx, d: MessageDraft): Promise<TargetRow | GatewayError | undefined> {
-    const byId = d.replyToId ?? null;
-    let t: TargetRow | undefined;
-    if (byId !== null) {
-      t = await this.#byId(tx, byId);
-      if (t === undefined || !(await this.#visible(tx, t, d))) {
-        return new GatewayError(
-          'reply_to_not_found',
-          `reply_to ${byId} names no message ${d.sender} could see`,
-          { field: 'reply_to' },
-        );
-      }
-    }
-    if (d.replyTo !== null) {
-      const s = await this.#bySeq(tx, d.channel, d.replyTo);
-      if (s === undefined || !(await this.#visible(tx, s, d))) {
-        return new GatewayError(
-          'reply_to_not_found',
-          `reply_to_sequence_id ${d.replyTo} names no message of ${d.channel} ${d.sender} could see`,
-          { field: 'reply_to_sequence_id' },
-        );
-      }
-      if (t !== undefined && t.id !== s.id) {
-        return new GatewayError(
-          'invalid_envelope',
-          `reply_to (${t.message_id}) and reply_to_sequence_id (${s.message_id}) name different messages; give one`,
-          { field: 'reply_to_sequence_id' },
-        );
-      }
-      t = s;
-    }
-    return t;
+    const seen = async (t: TargetRow | undefined) =>
+      t !== undefined && (await this.#visible(tx, t, d)) ? t : undefined;
+    const id = d.replyToId ?? null;
+    const byId = id === null ? undefined : await seen(await this.#byId(tx, id));
+    const bySeq =
+      d.replyTo === null ? undefined : await seen(await this.#bySeq(tx, d.channel, d.replyTo));
+    return replyTarget(d, byId, bySeq);
   }
 
   async #visible(tx: Tx, t: TargetRow, d: MessageDraft): Promise<boolean> {
-    if (t.sender === d.sender || d.sender === this.#alertsTo || d.readable?.has(t.channel) === true)
-      return true;
+    if (seenWithoutDelivery(t, d, this.#alertsTo)) return true;
     return (await tx.one('hadDelivery', [t.id, d.sender])) !== undefined;
   }
 
-  #refuse(
-    tx: Tx,
-    reason: BudgetReason,
-    t: TargetRow,
-    d: MessageDraft,
-    message: string,
-  ): GatewayError {
-    // per (sender, reason), the latest thread in the row's `sender` (sqlite-threads.ts #refuse)
-    tx.raise(d.sender, reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
-    return new GatewayError(reason, message);
+  /** Per (sender, reason), the latest thread in the row's `sender`, as the SQLite store counts it. */
+  #refuse(tx: Tx, r: BudgetRefusal, t: TargetRow, d: MessageDraft): GatewayError {
+    tx.raise(d.sender, r.reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
+    return new GatewayError(r.reason, r.message);
   }
 }

@@ -9,10 +9,16 @@
  */
 
 import type Database from 'better-sqlite3';
-import { type AlertRow, type DueAlert, dueAlertOf, MAX_IDS } from './alert-rows.js';
-import type { CommitEffectsLog } from './commit-effects.js';
+import {
+  type AlertRow,
+  alertEvent,
+  type DueAlert,
+  dueAlertOf,
+  foldAlert,
+} from '../rules/alert-rows.js';
+import type { CommitEffectsLog } from '../rules/commit-effects.js';
+import type { AlertReason, DeliveryStats } from '../store.js';
 import { SQL } from './sql.js';
-import { ALERT_KIND, type AlertReason, type DeliveryStats } from './store.js';
 
 export class Alerts {
   readonly #windowMs: number;
@@ -48,27 +54,9 @@ export class Alerts {
     count = 1,
     sender: string | null = null,
   ) {
-    const prior = this.#s.state.get(recipient, reason);
-    const ids = prior === undefined ? [] : (JSON.parse(prior.message_ids) as string[]);
-    // each id once: budget refusals of replies to one message name it once
-    if (
-      messageId !== undefined &&
-      messageId !== '' &&
-      ids.length < MAX_IDS &&
-      !ids.includes(messageId)
-    )
-      ids.push(messageId);
-    const row: AlertRow = {
-      recipient,
-      reason,
-      kind: ALERT_KIND[reason],
-      last_sent_at: prior?.last_sent_at ?? 0,
-      count: (prior?.count ?? 0) + count,
-      message_ids: JSON.stringify(ids),
-      attempts,
-      sender: sender ?? prior?.sender ?? null,
-    };
-    if (now - row.last_sent_at >= this.#windowMs) this.#fallDue(row, now);
+    const e = alertEvent(recipient, reason, messageId, attempts, now, count, sender);
+    const { row, due } = foldAlert(this.#s.state.get(recipient, reason), e, this.#windowMs);
+    if (due) this.#fallDue(row, now);
     else this.#save(row);
   }
 

@@ -6,25 +6,22 @@
  * written here, in the transaction that stores the reply, cannot be passed by concurrent replies.
  */
 import type Database from 'better-sqlite3';
-import { GatewayError } from '../protocol/errors.js';
-import { uuidv7Time } from '../protocol/ids.js';
+import { GatewayError } from '../../protocol/errors.js';
+import { uuidv7Time } from '../../protocol/ids.js';
+import {
+  type BudgetRefusal,
+  type Placement,
+  ROOT,
+  replyHop,
+  replyPlacement,
+  replyTarget,
+  seenWithoutDelivery,
+  type TargetRow,
+  type ThreadRow,
+} from '../rules/thread-rows.js';
+import type { MessageDraft, ThreadBudgets } from '../store.js';
 import { SQL } from './sql.js';
 import type { Alerts } from './sqlite-alerts.js';
-import type { BudgetReason, MessageDraft, ThreadBudgets } from './store.js';
-import type { Placement, ThreadRow } from './thread-rows.js';
-
-/** The message a reply names. */
-interface TargetRow {
-  id: number;
-  message_id: string;
-  channel: string;
-  sender: string;
-  /** Its thread: its own message_id when it started one. */
-  thread_id: string;
-  hop: number;
-}
-
-const ROOT: Placement = { threadId: null, hop: 0, replyTo: null, count: 0 };
 
 export class Threads {
   readonly #budgets: ThreadBudgets;
@@ -59,29 +56,11 @@ export class Threads {
     const t = this.#target(d);
     if (t === undefined) return ROOT;
     if (t instanceof GatewayError) return t;
-    // A message of alerts_to in a thread is a continuation: the operator read it and lets the
-    // conversation go on, so its chain and the thread's count start again, itself counted.
-    const continuation = d.sender === this.#alertsTo;
-    const hop = continuation ? 0 : t.hop + 1;
-    if (hop > this.#budgets.hops) {
-      return this.#refuse(
-        'hop_budget_exceeded',
-        t,
-        d,
-        `a reply to ${t.message_id} would be hop ${hop} of its chain, past AGW_HOP_BUDGET (${this.#budgets.hops}); ${this.#alertsTo} (alerts_to) may continue thread ${t.thread_id}`,
-      );
-    }
-    // No row yet: the thread holds its root alone (rows are kept for threads with replies).
-    const count = continuation ? 1 : (this.#s.count.get(t.thread_id) ?? 1) + 1;
-    if (count > this.#budgets.messages) {
-      return this.#refuse(
-        'thread_budget_exceeded',
-        t,
-        d,
-        `thread ${t.thread_id} holds ${count - 1} messages of agents since its last continuation, its AGW_THREAD_BUDGET; ${this.#alertsTo} (alerts_to) may continue it`,
-      );
-    }
-    return { threadId: t.thread_id, hop, replyTo: t.message_id, count };
+    const h = replyHop(t, d, this.#budgets, this.#alertsTo);
+    if (!('hop' in h)) return this.#refuse(h, t, d);
+    const stored = h.continuation ? undefined : this.#s.count.get(t.thread_id);
+    const p = replyPlacement(t, h, stored, this.#budgets, this.#alertsTo);
+    return 'reason' in p ? this.#refuse(p, t, d) : p;
   }
 
   /** A placed reply was stored at `at`: its thread's count is now the placement's. */
@@ -121,54 +100,21 @@ export class Threads {
     this.#s.prune.run(before, limit);
   }
 
-  /** The message a draft answers; undefined when it answers none. */
+  /** The message a draft answers, as its sender could see it (rules: replyTarget). */
   #target(d: MessageDraft): TargetRow | GatewayError | undefined {
-    const byId = d.replyToId ?? null;
-    let t: TargetRow | undefined;
-    if (byId !== null) {
-      const at = uuidv7Time(byId);
-      t = at === undefined ? undefined : this.#s.byId.get(at, byId);
-      if (t === undefined || !this.#visible(t, d)) {
-        return new GatewayError(
-          'reply_to_not_found',
-          `reply_to ${byId} names no message ${d.sender} could see`,
-          { field: 'reply_to' },
-        );
-      }
-    }
-    if (d.replyTo !== null) {
-      const s = this.#s.bySeq.get(d.channel, d.replyTo);
-      if (s === undefined || !this.#visible(s, d)) {
-        return new GatewayError(
-          'reply_to_not_found',
-          `reply_to_sequence_id ${d.replyTo} names no message of ${d.channel} ${d.sender} could see`,
-          { field: 'reply_to_sequence_id' },
-        );
-      }
-      if (t !== undefined && t.id !== s.id) {
-        return new GatewayError(
-          'invalid_envelope',
-          `reply_to (${t.message_id}) and reply_to_sequence_id (${s.message_id}) name different messages; give one`,
-          { field: 'reply_to_sequence_id' },
-        );
-      }
-      t = s;
-    }
-    return t;
+    const seen = (t: TargetRow | undefined) =>
+      t !== undefined && this.#visible(t, d) ? t : undefined;
+    const id = d.replyToId ?? null;
+    const at = id === null ? undefined : uuidv7Time(id);
+    const byId = at === undefined ? undefined : seen(this.#s.byId.get(at, id));
+    const bySeq = d.replyTo === null ? undefined : seen(this.#s.bySeq.get(d.channel, d.replyTo));
+    return replyTarget(d, byId, bySeq);
   }
 
-  /**
-   * Could the sender see this message? It sent it; it may replay its channel (a member, or the
-   * '@agent' it owns); it had a delivery of it (a dead letter's replay included). alerts_to sees
-   * every thread.
-   */
+  /** Could the sender see this message (rules: seenWithoutDelivery, or a delivery of it)? */
   #visible(t: TargetRow, d: MessageDraft): boolean {
-    return (
-      t.sender === d.sender ||
-      d.sender === this.#alertsTo ||
-      d.readable?.has(t.channel) === true ||
-      this.#s.hadDelivery.get(t.id, d.sender) !== undefined
-    );
+    if (seenWithoutDelivery(t, d, this.#alertsTo)) return true;
+    return this.#s.hadDelivery.get(t.id, d.sender) !== undefined;
   }
 
   /**
@@ -177,8 +123,8 @@ export class Threads {
    * own) and naming the latest thread: one agent refused in a thousand threads makes one alert
    * a window, not a thousand.
    */
-  #refuse(reason: BudgetReason, t: TargetRow, d: MessageDraft, message: string): GatewayError {
-    this.#alerts.raise(d.sender, reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
-    return new GatewayError(reason, message);
+  #refuse(r: BudgetRefusal, t: TargetRow, d: MessageDraft): GatewayError {
+    this.#alerts.raise(d.sender, r.reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
+    return new GatewayError(r.reason, r.message);
   }
 }
