@@ -5,23 +5,10 @@
  * whose deliveries it changes, so the depths it keeps in that row stay exact across replicas.
  */
 import { ADAPTER_KIND_PREFIX } from '../../protocol/envelope.js';
-import {
-  type DeliveryRow,
-  extension,
-  ownRows,
-  retryAt,
-  sortAcks,
-  sortNacks,
-} from '../rules/deliveries.js';
-import {
-  admission,
-  admissionNeedsHoldings,
-  fullQueue,
-  type Holding,
-} from '../rules/queue-shares.js';
+import { type DeliveryRow, DeliveryRules, type DeliverySettings } from '../rules/deliveries.js';
+import type { Holding } from '../rules/queue-shares.js';
 import {
   type DeadLetterReason,
-  type DeliveryConfig,
   DeliveryState,
   type DeliveryStats,
   type OpResults,
@@ -41,18 +28,18 @@ interface TxShares {
 }
 
 export class PgDeliveries {
-  readonly #cfg: Required<DeliveryConfig>;
+  readonly #rules: DeliveryRules;
   readonly #stats: DeliveryStats;
   /** Per transaction: the holdings and victims read in it (#state). */
   readonly #shares = new WeakMap<Tx, TxShares>();
 
-  constructor(cfg: Required<DeliveryConfig>, stats: DeliveryStats) {
-    this.#cfg = cfg;
+  constructor(cfg: DeliverySettings, stats: DeliveryStats) {
+    this.#rules = new DeliveryRules(cfg);
     this.#stats = stats;
   }
 
   get leaseMs(): number {
-    return this.#cfg.leaseMs;
+    return this.#rules.leaseMs;
   }
 
   /**
@@ -75,14 +62,14 @@ export class PgDeliveries {
     const depth = { all: row.depth, critical: row.critical };
     const left = tx.toCome.get(recipient) ?? 1;
     tx.toCome.set(recipient, left - 1);
-    const needs = admissionNeedsHoldings(depth, priority, sender, this.#cfg);
+    const needs = this.#rules.needsHoldings(depth, priority, sender);
     const holdings = needs ? await this.#holdings(tx, recipient) : undefined;
-    const plan = admission(depth, priority, sender, this.#cfg, [...(holdings?.values() ?? [])]);
+    const plan = this.#rules.admission(depth, priority, sender, [...(holdings?.values() ?? [])]);
     if (plan === 'refuse') return DeliveryState.deadLetter;
     if (plan !== 'admit') {
       const from = plan.evictFrom;
       const victim = from === undefined ? undefined : await this.#victim(tx, recipient, from, left);
-      const full = fullQueue(victim !== undefined, priority, quiet);
+      const full = this.#rules.fullQueue(victim !== undefined, priority, quiet);
       if (full === 'refuse') return DeliveryState.deadLetter;
       if (full === 'overrun') tx.raise(recipient, 'critical_overrun', messageId, 0, now);
       if (full === 'evict') {
@@ -209,7 +196,7 @@ export class PgDeliveries {
   /** Leases these deliveries (read under their agent's lock) until now + leaseMs; attempts. */
   lease(tx: Tx, rows: readonly { id: number; attempt: number }[], now: number): number[] {
     if (rows.length === 0) return [];
-    const expires = now + this.#cfg.leaseMs;
+    const expires = now + this.#rules.leaseMs;
     const ids = rows.map((r) => r.id);
     tx.write('lease', [expires, ids]);
     this.#drop(tx);
@@ -226,7 +213,7 @@ export class PgDeliveries {
   /** Acks (the rule: rules/deliveries.ts sortAcks), written in one statement. */
   async ack(tx: Tx, agent: string, ids: readonly number[]): Promise<OpResults['ack']> {
     this.#drop(tx, agent);
-    const { answer, toAck } = sortAcks(ids, await this.#own(tx, agent, ids));
+    const { answer, toAck } = this.#rules.sortAcks(ids, await this.#own(tx, agent, ids));
     for (const r of toAck) {
       tx.bump(agent, -1, -r.priority);
       this.#stats.acked++;
@@ -246,7 +233,7 @@ export class PgDeliveries {
     reason: string | null = null,
   ): Promise<OpResults['nack']> {
     this.#drop(tx, agent);
-    const { answer, toNack } = sortNacks(ids, await this.#own(tx, agent, ids));
+    const { answer, toNack } = this.#rules.sortNacks(ids, await this.#own(tx, agent, ids));
     const retries: [number, number][] = [];
     for (const r of toNack) {
       if (retry) this.failAttempt(tx, r, 'nacked', now, retries);
@@ -264,7 +251,7 @@ export class PgDeliveries {
     now: number,
   ): Promise<OpResults['extend']> {
     const rows = await this.#own(tx, agent, ids);
-    const { expires, answer } = extension(agent, ids, rows, extendMs, now);
+    const { expires, answer } = this.#rules.extension(agent, ids, rows, extendMs, now);
     if (ids.length > 0) tx.write('extendLeases', [expires, ids]);
     for (const id of ids) tx.changed(id, { lease_expires_at: expires });
     tx.fx.timingChanged = true;
@@ -290,7 +277,7 @@ export class PgDeliveries {
     now: number,
     retries: [number, number][],
   ): void {
-    const at = retryAt(r.attempt, now, this.#cfg);
+    const at = this.#rules.retryAt(r.attempt, now);
     if (at === 'dead') {
       this.deadLetter(tx, r, reason, now);
       return;
@@ -345,6 +332,6 @@ export class PgDeliveries {
   async #own(tx: Tx, agent: string, ids: readonly number[]): Promise<(DeliveryRow | undefined)[]> {
     if (ids.length === 0) return [];
     const found = await tx.deliveries(ids);
-    return ownRows(agent, ids, (_, i) => found[i]);
+    return this.#rules.own(agent, ids, (_, i) => found[i]);
   }
 }

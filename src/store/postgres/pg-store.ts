@@ -18,18 +18,24 @@ import { CommitEffectsLog } from '../rules/commit-effects.js';
 import { CorruptRows } from '../rules/corrupt-rows.js';
 import { deliveryConfig, newStats, statsCopy } from '../rules/deliveries.js';
 import { DELIVERY_FIELDS_BYTES, fittingAsync } from '../rules/page-bytes.js';
-import { agentState, deadLetterView, messageStatusOf, threadPage } from '../rules/read-views.js';
+import {
+  agentState,
+  deadLetterView,
+  deliveryStates,
+  messageStatusOf,
+  threadPage,
+} from '../rules/read-views.js';
 import { draftSize, storageRefusal } from '../rules/storage.js';
 import {
   alertDraft,
   type BodyRow,
   type ChannelRow,
+  type DeadLetterRow,
   type DeadRow,
   newMessage,
   type RecipientRow,
   rejected,
   repeatOutcome,
-  STATE_NAME,
 } from '../rules/stored-message.js';
 import { withThreadFields } from '../rules/thread-rows.js';
 import {
@@ -41,7 +47,6 @@ import {
   type DeliveryConfig,
   type DeliveryJson,
   type DeliveryState,
-  type DeliveryStateName,
   type DeliveryStats,
   type MessageDraft,
   type MessageStatus,
@@ -76,17 +81,6 @@ export interface PgStoreOptions {
   readonly safetyPollMs?: number;
   /** Connections of the read pool. Default 4. */
   readonly readConnections?: number;
-}
-
-interface DeadOne {
-  id: number;
-  kind: string;
-  channel: string;
-  message: number;
-  recipient: string;
-  replay_delivery: number | null;
-  priority: number;
-  message_id: string;
 }
 
 /** Expired leases handled per sweep transaction. */
@@ -402,7 +396,9 @@ export class PgStore implements Store {
     // dead letters do not change but for replay_delivery: read before any lock, all at once
     const replays = await Promise.all(
       ops.map((op) =>
-        op.op === 'replay_dead_letter' ? tx.one<DeadOne>('deadLetterOne', [op.id]) : undefined,
+        op.op === 'replay_dead_letter'
+          ? tx.one<DeadLetterRow>('deadLetterOne', [op.id])
+          : undefined,
       ),
     );
     for (const [i, op] of ops.entries()) {
@@ -674,7 +670,7 @@ export class PgStore implements Store {
     id: number,
     now: number,
   ): Promise<OpResults['replay_dead_letter']> {
-    const dl = await tx.one<DeadOne>('deadLetterLocked', [id]);
+    const dl = await tx.one<DeadLetterRow>('deadLetterLocked', [id]);
     if (dl === undefined) return undefined;
     if (dl.replay_delivery !== null) return { delivery_id: dl.replay_delivery, replayed: false };
     await this.#lockLate(tx, [dl.recipient]);
@@ -699,7 +695,7 @@ export class PgStore implements Store {
     const d = {
       recipient: dl.recipient,
       priority: dl.priority,
-      kind: dl.kind,
+      kind: dl.kind!, // deadLetterLocked selects it
       messageId: dl.message_id,
     };
     this.#deliveries.settle(tx, d, state, now);
@@ -978,13 +974,7 @@ export class PgStore implements Store {
 
   #pageSlots: ReadSlots | undefined;
 
-  async pageDeliveries(
-    reader: string,
-    channel: string,
-    afterSeq: number,
-    limit: number,
-  ): Promise<Record<string, DeliveryStateName>> {
-    const out: Record<string, DeliveryStateName> = {};
+  async pageDeliveries(reader: string, channel: string, afterSeq: number, limit: number) {
     // part of a replay page: it waits for a page read's slot as the page did
     const rows = await this.#pageReads.run(() =>
       this.#read<{ message_id: string; state: DeliveryState }>('pageDeliveries', [
@@ -995,8 +985,7 @@ export class PgStore implements Store {
         reader,
       ]),
     );
-    for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
-    return out;
+    return deliveryStates(rows);
   }
 
   async messageStatus(messageId: string): Promise<MessageStatus | undefined> {

@@ -9,27 +9,20 @@ import type pg from 'pg';
 import { GatewayError } from '../../protocol/errors.js';
 import { uuidv7Time } from '../../protocol/ids.js';
 import {
-  type BudgetRefusal,
   type Placement,
-  ROOT,
-  replyHop,
-  replyPlacement,
-  replyTarget,
-  seenWithoutDelivery,
+  ReplyRules,
   type TargetRow,
   type ThreadRow,
 } from '../rules/thread-rows.js';
-import type { MessageDraft, ThreadBudgets } from '../store.js';
+import type { BudgetReason, MessageDraft, ThreadBudgets } from '../store.js';
 import { PG_SQL } from './pg-sql.js';
 import type { Tx } from './pg-tx.js';
 
 export class PgThreads {
-  readonly #budgets: ThreadBudgets;
-  readonly #alertsTo: string;
+  readonly #rules: ReplyRules;
 
   constructor(budgets: ThreadBudgets, alertsTo: string) {
-    this.#budgets = budgets;
-    this.#alertsTo = alertsTo;
+    this.#rules = new ReplyRules(budgets, alertsTo);
   }
 
   /**
@@ -85,16 +78,16 @@ export class PgThreads {
   /** The thread and hop of a new message, or its refusal (rules/thread-rows.ts). */
   async place(tx: Tx, d: MessageDraft): Promise<Placement | GatewayError> {
     const t = await this.#target(tx, d);
-    if (t === undefined) return ROOT;
+    if (t === undefined) return ReplyRules.ROOT;
     if (t instanceof GatewayError) return t;
     // a thread the group did not lock before (its message committed since): locked now, and
     // every statement sent after this runs under it
     tx.lockThreads([t.thread_id]);
-    const h = replyHop(t, d, this.#budgets, this.#alertsTo);
+    const h = this.#rules.hop(t, d);
     if (!('hop' in h)) return this.#refuse(tx, h, t, d);
     if (!h.continuation) await this.loadCounts(tx, [t.thread_id]);
     const stored = h.continuation ? undefined : tx.counts.get(t.thread_id);
-    const p = replyPlacement(t, h, stored, this.#budgets, this.#alertsTo);
+    const p = this.#rules.placement(t, h, stored);
     return 'reason' in p ? this.#refuse(tx, p, t, d) : p;
   }
 
@@ -155,16 +148,21 @@ export class PgThreads {
     const byId = id === null ? undefined : await seen(await this.#byId(tx, id));
     const bySeq =
       d.replyTo === null ? undefined : await seen(await this.#bySeq(tx, d.channel, d.replyTo));
-    return replyTarget(d, byId, bySeq);
+    return this.#rules.target(d, byId, bySeq);
   }
 
   async #visible(tx: Tx, t: TargetRow, d: MessageDraft): Promise<boolean> {
-    if (seenWithoutDelivery(t, d, this.#alertsTo)) return true;
+    if (this.#rules.seenWithoutDelivery(t, d)) return true;
     return (await tx.one('hadDelivery', [t.id, d.sender])) !== undefined;
   }
 
   /** Per (sender, reason), the latest thread in the row's `sender`, as the SQLite store counts it. */
-  #refuse(tx: Tx, r: BudgetRefusal, t: TargetRow, d: MessageDraft): GatewayError {
+  #refuse(
+    tx: Tx,
+    r: { reason: BudgetReason; message: string },
+    t: TargetRow,
+    d: MessageDraft,
+  ): GatewayError {
     tx.raise(d.sender, r.reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
     return new GatewayError(r.reason, r.message);
   }

@@ -11,7 +11,6 @@ import { CommitEffectsLog } from '../rules/commit-effects.js';
 import type { DeliveryRow } from '../rules/deliveries.js';
 import type { KeyRow, MessageRow } from '../rules/stored-message.js';
 import type { TargetRow } from '../rules/thread-rows.js';
-import type { AlertReason } from '../store.js';
 import { PG_SQL, type PgStatement } from './pg-sql.js';
 
 /** A delivery that may be handed out now, with its message (readyLanes). */
@@ -275,16 +274,8 @@ export class Tx {
   }
 
   /** Counts an event towards its (recipient, reason) alert (folded by the alerts transaction). */
-  raise(
-    recipient: string,
-    reason: AlertReason,
-    messageId: string | undefined,
-    attempts: number,
-    at: number,
-    count = 1,
-    sender: string | null = null,
-  ): void {
-    const e = alertEvent(recipient, reason, messageId, attempts, at, count, sender);
+  raise(...event: Parameters<typeof alertEvent>): void {
+    const e = alertEvent(...event);
     if (this.onRaise !== undefined) this.onRaise(e);
     else this.events.push(e);
   }

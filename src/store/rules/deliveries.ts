@@ -13,6 +13,16 @@ import {
   type DeliveryStats,
   type OpResults,
 } from '../store.js';
+import {
+  admission,
+  admissionNeedsHoldings,
+  type Depth,
+  fullQueue,
+  type Holding,
+} from './queue-shares.js';
+
+/** A store's delivery settings, every default filled in (deliveryConfig). */
+export type DeliverySettings = Required<DeliveryConfig>;
 
 /** A deliveries row as the rules read it (both engines select these columns). */
 export interface DeliveryRow {
@@ -171,4 +181,37 @@ export function retryAt(
   if (attempt >= 1 + cfg.maxRetries) return 'dead';
   const jitter = 0.75 + 0.5 * cfg.random();
   return now + Math.round(cfg.retryBaseMs * 2 ** (attempt - 1) * jitter);
+}
+
+/**
+ * The rules above, admission (queue-shares.ts) and the retry schedule with a store's settings:
+ * what an engine's deliveries call.
+ */
+export class DeliveryRules {
+  constructor(readonly cfg: Required<DeliveryConfig>) {}
+
+  get leaseMs(): number {
+    return this.cfg.leaseMs;
+  }
+
+  needsHoldings(depth: Depth, priority: number, sender: string | undefined): boolean {
+    return admissionNeedsHoldings(depth, priority, sender, this.cfg);
+  }
+
+  admission(depth: Depth, priority: number, sender: string | undefined, holdings?: Holding[]) {
+    return admission(depth, priority, sender, this.cfg, holdings);
+  }
+
+  fullQueue(victimFound: boolean, priority: number, quiet: boolean) {
+    return fullQueue(victimFound, priority, quiet);
+  }
+
+  retryAt(attempt: number, now: number): number | 'dead' {
+    return retryAt(attempt, now, this.cfg);
+  }
+
+  readonly own = ownRows;
+  readonly sortAcks = sortAcks;
+  readonly sortNacks = sortNacks;
+  readonly extension = extension;
 }

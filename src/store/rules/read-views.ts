@@ -5,7 +5,13 @@
  * `intact` (corrupt-rows.ts) and shown as "null", never its bytes.
  */
 import { deadLetterJson } from '../../protocol/wire.js';
-import type { AgentState, DeliveryState, MessageStatus, ThreadPage } from '../store.js';
+import type {
+  AgentState,
+  DeliveryState,
+  DeliveryStateName,
+  MessageStatus,
+  ThreadPage,
+} from '../store.js';
 import { type BodyRow, type DeadRow, type RecipientRow, STATE_NAME } from './stored-message.js';
 import { withThreadFields } from './thread-rows.js';
 
@@ -69,4 +75,13 @@ export function agentState(
 /** A thread page: its messages, and the cursor after the last (the row id of `ids`' last served). */
 export function threadPage(messages: string[], ids: readonly number[]): ThreadPage {
   return { messages, nextAfter: messages.length === 0 ? null : ids[messages.length - 1]! };
+}
+
+/** A replay page's delivery states for its reader, by message_id. */
+export function deliveryStates(
+  rows: Iterable<{ message_id: string; state: DeliveryState }>,
+): Record<string, DeliveryStateName> {
+  const out: Record<string, DeliveryStateName> = {};
+  for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
+  return out;
 }

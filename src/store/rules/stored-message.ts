@@ -84,6 +84,19 @@ export interface DeadRow extends BodyRow {
   message: number;
 }
 
+/** A dead letter as a replay reads it, with what its delivery again needs. */
+export interface DeadLetterRow {
+  id: number;
+  /** Its message's kind (the PostgreSQL store reads it for the alert a refusal raises). */
+  kind?: string;
+  channel: string;
+  message: number;
+  recipient: string;
+  replay_delivery: number | null;
+  priority: number;
+  message_id: string;
+}
+
 export interface RecipientRow {
   recipient: string;
   state: number;

@@ -146,3 +146,30 @@ export function replyPlacement(
   }
   return { threadId: t.thread_id, hop: h.hop, replyTo: t.message_id, count };
 }
+
+/** The reply rules above with a store's budgets and alerts_to, as an engine's threads use them. */
+export class ReplyRules {
+  /** A message that answers none. */
+  static readonly ROOT = ROOT;
+
+  constructor(
+    readonly budgets: ThreadBudgets,
+    readonly alertsTo: string,
+  ) {}
+
+  seenWithoutDelivery(t: TargetRow, d: MessageDraft): boolean {
+    return seenWithoutDelivery(t, d, this.alertsTo);
+  }
+
+  target(d: MessageDraft, byId: TargetRow | undefined, bySeq: TargetRow | undefined) {
+    return replyTarget(d, byId, bySeq);
+  }
+
+  hop(t: TargetRow, d: MessageDraft) {
+    return replyHop(t, d, this.budgets, this.alertsTo);
+  }
+
+  placement(t: TargetRow, h: { hop: number; continuation: boolean }, stored?: number | null) {
+    return replyPlacement(t, h, stored, this.budgets, this.alertsTo);
+  }
+}

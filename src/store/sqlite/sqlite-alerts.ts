@@ -17,7 +17,7 @@ import {
   foldAlert,
 } from '../rules/alert-rows.js';
 import type { CommitEffectsLog } from '../rules/commit-effects.js';
-import type { AlertReason, DeliveryStats } from '../store.js';
+import type { DeliveryStats } from '../store.js';
 import { SQL } from './sql.js';
 
 export class Alerts {
@@ -45,24 +45,15 @@ export class Alerts {
    * `messageId` when there is one; due at once if the window passed. For a budget reason,
    * `recipient` is the sender refused and `sender` the thread (alert-rows.ts AlertRow).
    */
-  raise(
-    recipient: string,
-    reason: AlertReason,
-    messageId: string | undefined,
-    attempts: number,
-    now: number,
-    count = 1,
-    sender: string | null = null,
-  ) {
-    const e = alertEvent(recipient, reason, messageId, attempts, now, count, sender);
-    const { row, due } = foldAlert(this.#s.state.get(recipient, reason), e, this.#windowMs);
-    if (due) this.#fallDue(row, now);
-    else this.#save(row);
+  raise(...event: Parameters<typeof alertEvent>): void {
+    const e = alertEvent(...event);
+    const { row, due } = foldAlert(this.#s.state.get(e.recipient, e.reason), e, this.#windowMs);
+    this.#keep(row, due ? e.at : undefined);
   }
 
   /** Alerts whose window has passed with a count waiting fall due. */
   flushDue(now: number): void {
-    for (const a of this.#s.due.all(now - this.#windowMs)) this.#fallDue(a, now);
+    for (const a of this.#s.due.all(now - this.#windowMs)) this.#keep(a, now);
   }
 
   /** When the next aggregated alert falls due, if one waits. */
@@ -81,24 +72,17 @@ export class Alerts {
     this.#due = [];
   }
 
-  #fallDue(a: AlertRow, now: number): void {
-    const { due, cleared } = dueAlertOf(a, now);
-    this.#save(cleared);
-    this.#due.push(due);
-    this.#stats.alerts++;
-  }
-
-  #save(a: AlertRow): void {
+  /** A row as it now stands; with `dueAt`, its alert falls due then and the row starts again. */
+  #keep(a: AlertRow, dueAt?: number): void {
+    let row = a;
+    if (dueAt !== undefined) {
+      const { due, cleared } = dueAlertOf(a, dueAt);
+      this.#due.push(due);
+      this.#stats.alerts++;
+      row = cleared;
+    }
     this.#fx.timingChanged = true;
-    this.#s.upsert.run(
-      a.recipient,
-      a.reason,
-      a.kind,
-      a.last_sent_at,
-      a.count,
-      a.message_ids,
-      a.attempts,
-      a.sender,
-    );
+    const { recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender } = row;
+    this.#s.upsert.run(recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender);
   }
 }

@@ -7,23 +7,10 @@
 import type Database from 'better-sqlite3';
 import { ADAPTER_KIND_PREFIX } from '../../protocol/envelope.js';
 import type { CommitEffectsLog } from '../rules/commit-effects.js';
-import {
-  type DeliveryRow,
-  extension,
-  ownRows,
-  retryAt,
-  sortAcks,
-  sortNacks,
-} from '../rules/deliveries.js';
-import {
-  admission,
-  admissionNeedsHoldings,
-  fullQueue,
-  type Holding,
-} from '../rules/queue-shares.js';
+import { type DeliveryRow, DeliveryRules, type DeliverySettings } from '../rules/deliveries.js';
+import type { Holding } from '../rules/queue-shares.js';
 import {
   type DeadLetterReason,
-  type DeliveryConfig,
   DeliveryState,
   type DeliveryStats,
   type OpResults,
@@ -37,7 +24,7 @@ type Row = DeliveryRow;
 const SWEEP_CHUNK = 500;
 
 export class Deliveries {
-  readonly #cfg: Required<DeliveryConfig>;
+  readonly #rules: DeliveryRules;
   readonly #alerts: Alerts;
   readonly #fx: CommitEffectsLog;
   readonly #stats: DeliveryStats;
@@ -47,12 +34,12 @@ export class Deliveries {
 
   constructor(
     db: Database.Database,
-    cfg: Required<DeliveryConfig>,
+    cfg: DeliverySettings,
     alerts: Alerts,
     fx: CommitEffectsLog,
     stats: DeliveryStats,
   ) {
-    this.#cfg = cfg;
+    this.#rules = new DeliveryRules(cfg);
     this.#alerts = alerts;
     this.#fx = fx;
     this.#stats = stats;
@@ -92,7 +79,7 @@ export class Deliveries {
   }
 
   get leaseMs(): number {
-    return this.#cfg.leaseMs;
+    return this.#rules.leaseMs;
   }
 
   /**
@@ -115,19 +102,14 @@ export class Deliveries {
     quiet = false,
   ): number {
     const depth = this.depth(recipient);
-    const needs = admissionNeedsHoldings(depth, priority, sender, this.#cfg);
-    const plan = admission(
-      depth,
-      priority,
-      sender,
-      this.#cfg,
-      needs ? this.#holdings(recipient) : [],
-    );
+    const needs = this.#rules.needsHoldings(depth, priority, sender);
+    const held = needs ? this.#holdings(recipient) : [];
+    const plan = this.#rules.admission(depth, priority, sender, held);
     if (plan === 'refuse') return this.#refuse(message, recipient, channel, priority, now);
     if (plan !== 'admit') {
       const from = plan.evictFrom;
       const victim = from === undefined ? undefined : this.#s.oldestNormalOf.get(recipient, from);
-      const full = fullQueue(victim !== undefined, priority, quiet);
+      const full = this.#rules.fullQueue(victim !== undefined, priority, quiet);
       if (full === 'refuse') return this.#refuse(message, recipient, channel, priority, now);
       if (full === 'evict') this.#deadLetter(victim!, 'evicted', now);
       if (full === 'overrun') this.#alerts.raise(recipient, 'critical_overrun', messageId, 0, now);
@@ -165,7 +147,7 @@ export class Deliveries {
 
   /** Leases these deliveries until now + leaseMs; returns each one's attempt number. */
   lease(ids: readonly number[], now: number): number[] {
-    const expires = now + this.#cfg.leaseMs;
+    const expires = now + this.#rules.leaseMs;
     return ids.map((id) => {
       const { attempt } = this.#s.lease.get(expires, id)!;
       this.#fx.timingChanged = true;
@@ -177,7 +159,7 @@ export class Deliveries {
 
   /** Acks: done with these (the rule: rules/deliveries.ts sortAcks). */
   ack(agent: string, ids: readonly number[]): OpResults['ack'] {
-    const { answer, toAck } = sortAcks(ids, this.#own(agent, ids));
+    const { answer, toAck } = this.#rules.sortAcks(ids, this.#own(agent, ids));
     for (const r of toAck) {
       this.#s.setState.run(DeliveryState.acked, r.id);
       this.#bump(agent, -1, -r.priority);
@@ -198,7 +180,7 @@ export class Deliveries {
     retry = true,
     reason: string | null = null,
   ): OpResults['nack'] {
-    const { answer, toNack } = sortNacks(ids, this.#own(agent, ids));
+    const { answer, toNack } = this.#rules.sortNacks(ids, this.#own(agent, ids));
     for (const r of toNack) {
       if (retry) this.#failAttempt(r, 'nacked', now);
       else this.#deadLetter(r, 'rejected', now, reason);
@@ -217,7 +199,13 @@ export class Deliveries {
     extendMs: number,
     now: number,
   ): OpResults['extend'] {
-    const { expires, answer } = extension(agent, ids, this.#own(agent, ids), extendMs, now);
+    const { expires, answer } = this.#rules.extension(
+      agent,
+      ids,
+      this.#own(agent, ids),
+      extendMs,
+      now,
+    );
     for (const id of ids) this.#s.extend.run(expires, id);
     this.#fx.timingChanged = true;
     return answer;
@@ -252,11 +240,11 @@ export class Deliveries {
 
   /** The agent's own deliveries of these ids (rules/deliveries.ts ownRows). */
   #own(agent: string, ids: readonly number[]): (Row | undefined)[] {
-    return ownRows(agent, ids, (id) => this.#s.delivery.get(id));
+    return this.#rules.own(agent, ids, (id) => this.#s.delivery.get(id));
   }
 
   #failAttempt(r: Row, reason: 'lease_expired' | 'nacked', now: number): void {
-    const at = retryAt(r.attempt, now, this.#cfg);
+    const at = this.#rules.retryAt(r.attempt, now);
     if (at === 'dead') {
       this.#deadLetter(r, reason, now);
       return;

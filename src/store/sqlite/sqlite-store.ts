@@ -8,19 +8,25 @@ import { CommitEffectsLog } from '../rules/commit-effects.js';
 import { CorruptRows } from '../rules/corrupt-rows.js';
 import { deliveryConfig, newStats, statsCopy } from '../rules/deliveries.js';
 import { DELIVERY_FIELDS_BYTES, fitting } from '../rules/page-bytes.js';
-import { agentState, deadLetterView, messageStatusOf, threadPage } from '../rules/read-views.js';
+import {
+  agentState,
+  deadLetterView,
+  deliveryStates,
+  messageStatusOf,
+  threadPage,
+} from '../rules/read-views.js';
 import { draftSize } from '../rules/storage.js';
 import {
   alertDraft,
   type BodyRow,
   type ChannelRow,
+  type DeadLetterRow,
   type DeadRow,
   type KeyRow,
   newMessage,
   type RecipientRow,
   rejected,
   repeatOutcome,
-  STATE_NAME,
 } from '../rules/stored-message.js';
 import { type ThreadRow, withThreadFields } from '../rules/thread-rows.js';
 import {
@@ -32,7 +38,6 @@ import {
   type DeliveryConfig,
   type DeliveryJson,
   type DeliveryState,
-  type DeliveryStateName,
   type DeliveryStats,
   type ForeignEffects,
   type MessageDraft,
@@ -56,16 +61,6 @@ import { Threads } from './sqlite-threads.js';
 import { StorageBudget } from './storage-budget.js';
 
 export type { SyncMode } from './sqlite-file.js';
-
-interface DeadOne {
-  id: number;
-  channel: string;
-  message: number;
-  recipient: string;
-  replay_delivery: number | null;
-  priority: number;
-  message_id: string;
-}
 
 /** Operations that may write a message: their groups commit with AGW_SYNC (FULL by default). */
 const WRITES_MESSAGES: ReadonlySet<StoreOp['op']> = new Set([
@@ -142,7 +137,7 @@ export class SqliteStore implements Store {
       deadLetters: p<DeadRow>(SQL.deadLetters),
       messageById: p<BodyRow & { sender: string }>(SQL.messageById),
       recipients: p<RecipientRow>(SQL.recipients),
-      deadLetter: p<DeadOne>(SQL.deadLetter),
+      deadLetter: p<DeadLetterRow>(SQL.deadLetter),
       markReplayed: p(SQL.markReplayed),
       prunable: p<{ id: number; sender: string; size: number }>(SQL.prunable),
       pruneDead: p(SQL.pruneDeadLetters),
@@ -474,19 +469,12 @@ export class SqliteStore implements Store {
     }
   }
 
-  async pageDeliveries(
-    reader: string,
-    channel: string,
-    afterSeq: number,
-    limit: number,
-  ): Promise<Record<string, DeliveryStateName>> {
-    const out: Record<string, DeliveryStateName> = {};
+  async pageDeliveries(reader: string, channel: string, afterSeq: number, limit: number) {
     const rows =
       this.#corrupt.size === 0
         ? this.#s.pageDeliveries.all(channel, afterSeq, limit, reader)
         : this.#s.pageDeliveriesIntact.all(channel, afterSeq, this.#corruptJson(), limit, reader);
-    for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
-    return out;
+    return deliveryStates(rows);
   }
 
   async messageStatus(messageId: string): Promise<MessageStatus | undefined> {

@@ -9,29 +9,22 @@ import type Database from 'better-sqlite3';
 import { GatewayError } from '../../protocol/errors.js';
 import { uuidv7Time } from '../../protocol/ids.js';
 import {
-  type BudgetRefusal,
   type Placement,
-  ROOT,
-  replyHop,
-  replyPlacement,
-  replyTarget,
-  seenWithoutDelivery,
+  ReplyRules,
   type TargetRow,
   type ThreadRow,
 } from '../rules/thread-rows.js';
-import type { MessageDraft, ThreadBudgets } from '../store.js';
+import type { BudgetReason, MessageDraft, ThreadBudgets } from '../store.js';
 import { SQL } from './sql.js';
 import type { Alerts } from './sqlite-alerts.js';
 
 export class Threads {
-  readonly #budgets: ThreadBudgets;
-  readonly #alertsTo: string;
+  readonly #rules: ReplyRules;
   readonly #alerts: Alerts;
   readonly #s;
 
   constructor(db: Database.Database, budgets: ThreadBudgets, alertsTo: string, alerts: Alerts) {
-    this.#budgets = budgets;
-    this.#alertsTo = alertsTo;
+    this.#rules = new ReplyRules(budgets, alertsTo);
     this.#alerts = alerts;
     const p = <T = unknown>(sql: string) => db.prepare<unknown[], T>(sql);
     this.#s = {
@@ -54,12 +47,12 @@ export class Threads {
    */
   place(d: MessageDraft): Placement | GatewayError {
     const t = this.#target(d);
-    if (t === undefined) return ROOT;
+    if (t === undefined) return ReplyRules.ROOT;
     if (t instanceof GatewayError) return t;
-    const h = replyHop(t, d, this.#budgets, this.#alertsTo);
+    const h = this.#rules.hop(t, d);
     if (!('hop' in h)) return this.#refuse(h, t, d);
     const stored = h.continuation ? undefined : this.#s.count.get(t.thread_id);
-    const p = replyPlacement(t, h, stored, this.#budgets, this.#alertsTo);
+    const p = this.#rules.placement(t, h, stored);
     return 'reason' in p ? this.#refuse(p, t, d) : p;
   }
 
@@ -108,12 +101,12 @@ export class Threads {
     const at = id === null ? undefined : uuidv7Time(id);
     const byId = at === undefined ? undefined : seen(this.#s.byId.get(at, id));
     const bySeq = d.replyTo === null ? undefined : seen(this.#s.bySeq.get(d.channel, d.replyTo));
-    return replyTarget(d, byId, bySeq);
+    return this.#rules.target(d, byId, bySeq);
   }
 
   /** Could the sender see this message (rules: seenWithoutDelivery, or a delivery of it)? */
   #visible(t: TargetRow, d: MessageDraft): boolean {
-    if (seenWithoutDelivery(t, d, this.#alertsTo)) return true;
+    if (this.#rules.seenWithoutDelivery(t, d)) return true;
     return this.#s.hadDelivery.get(t.id, d.sender) !== undefined;
   }
 
@@ -123,7 +116,11 @@ export class Threads {
    * own) and naming the latest thread: one agent refused in a thousand threads makes one alert
    * a window, not a thousand.
    */
-  #refuse(r: BudgetRefusal, t: TargetRow, d: MessageDraft): GatewayError {
+  #refuse(
+    r: { reason: BudgetReason; message: string },
+    t: TargetRow,
+    d: MessageDraft,
+  ): GatewayError {
     this.#alerts.raise(d.sender, r.reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
     return new GatewayError(r.reason, r.message);
   }
