@@ -1,5 +1,5 @@
 /**
- * Alert aggregation on PostgreSQL: the rules of sqlite-alerts.ts (at most one alert per
+ * Alert aggregation on PostgreSQL: the rules of rules/alert-rows.ts (at most one alert per
  * (subject, reason) every window, the first at once, the count since the last), applied by one
  * transaction at a time across replicas. Groups only append events (alert_events); the alerts
  * transaction, under pg_advisory_xact_lock(LOCK_ALERTS), takes every event in id order, folds

@@ -1,5 +1,5 @@
 /**
- * Deliveries on PostgreSQL: the rules of sqlite-deliveries.ts (bounded queues with
+ * Deliveries on PostgreSQL: the rules of rules/deliveries.ts (bounded queues with
  * priority-aware eviction, strict order per channel, leases, retries with backoff, dead letters
  * that count towards alerts), run inside a transaction that holds the lock of every agents row
  * whose deliveries it changes, so the depths it keeps in that row stay exact across replicas.
@@ -46,7 +46,7 @@ export class PgDeliveries {
    * What a new delivery from `sender` to `recipient` is to be (the recipient's row locked):
    * pending, after evicting the oldest normal pending delivery of the sender holding the most of
    * the queue if it is full, or dead at once (queue_full; then `settle` writes its dead letter).
-   * The rules of sqlite-deliveries.ts enqueue, from queue-shares.ts. `sender` undefined: an
+   * The rules: rules/queue-shares.ts admission and fullQueue. `sender` undefined: an
    * operator's replay of a dead letter.
    */
   async admit(
@@ -179,7 +179,7 @@ export class PgDeliveries {
   /**
    * Up to `max` deliveries of an agent that may be handed out now, in hand-out order, with
    * their messages: each ready lane (critical lanes first, then by head) served from its head
-   * up to the first delivery that is leased or waiting for its retry (sqlite-deliveries.ts
+   * up to the first delivery that is leased or waiting for its retry (sqlite/sqlite-deliveries.ts
    * ready). `prefetched`: these rows, read in the group's first round trip.
    */
   async ready(

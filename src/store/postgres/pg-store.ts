@@ -608,7 +608,7 @@ export class PgStore implements Store {
 
   /**
    * Hands out an agent's ready deliveries (its row locked: one replica at a time), checked
-   * against their checksums first; a corrupt one is quarantined (sqlite-store.ts #lease).
+   * against their checksums first; a corrupt one is quarantined (as sqlite/sqlite-store.ts #lease).
    */
   async #lease(
     tx: Tx,
@@ -651,7 +651,7 @@ export class PgStore implements Store {
     }
   }
 
-  /** Alerts about corrupt rows that reads found (sqlite-store.ts #reportFinds). */
+  /** Alerts about corrupt rows that reads found (as sqlite/sqlite-store.ts #reportFinds). */
   async #reportFinds(tx: Tx, now: number): Promise<void> {
     if (this.#corrupt.unreported.size === 0) return;
     const ids = this.#corrupt.takeUnreported();
@@ -784,7 +784,7 @@ export class PgStore implements Store {
    * folded into alert_state in id order (pg-alerts.ts), and the alerts that fell due (with
    * `flushAt`, those whose window has passed too) are written to alerts_to as messages:
    * its channel's lock, then its agents row. Writing one can evict from alerts_to's queue and
-   * raise another, folded at once, so it loops as sqlite-store.ts #writeDueAlerts does.
+   * raise another, folded at once, so it loops as sqlite/sqlite-store.ts #writeDueAlerts does.
    */
   async #foldAlerts(fx: CommitEffectsLog, flushAt: number | undefined): Promise<void> {
     const tx = await this.#transaction(false, async (tx) => {

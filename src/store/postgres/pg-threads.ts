@@ -1,5 +1,5 @@
 /**
- * Threads and their budgets on PostgreSQL: the rules of sqlite-threads.ts, with the count of a
+ * Threads and their budgets on PostgreSQL: the rules of rules/thread-rows.ts, with the count of a
  * thread read and written under that thread's lock (pg_advisory_xact_lock on its id), so that
  * replies committed by several replicas at once cannot pass its budget together. The message a
  * reply names is immutable, so its thread is resolved before any lock is taken and the group

@@ -1,6 +1,6 @@
 /**
  * An aggregated alert as both stores keep it (a row of alert_state) and the alert it becomes
- * when its window has passed: pure, shared by sqlite-alerts.ts and pg-alerts.ts, so that the
+ * when its window has passed: pure, shared by sqlite/sqlite-alerts.ts and postgres/pg-alerts.ts, so that the
  * two write the same alert messages.
  */
 import { ALERT_KIND, type AlertReason, type BudgetReason, type SentAlert } from '../store.js';

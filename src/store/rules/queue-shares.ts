@@ -1,7 +1,7 @@
 /**
- * Fairness between the senders of one recipient's queue: pure rules, called by both
- * stores (sqlite-deliveries.ts, pg-deliveries.ts), which keep only the SQL that reads the
- * holdings and the victim.
+ * Fairness between the senders of one recipient's queue: pure rules, called by both stores
+ * (sqlite/sqlite-deliveries.ts, postgres/pg-deliveries.ts through rules/deliveries.ts
+ * DeliveryRules), which keep only the SQL that reads the holdings and the victim.
  *
  * - A full queue evicts the oldest normal pending copy of the sender that holds the most of it,
  *   counting the new copy's own sender with the new copy: a flood evicts its own messages first,
