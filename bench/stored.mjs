@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SqliteStore } from '../dist/store/sqlite-store.js';
+import { SqliteStore } from '../dist/store/sqlite/sqlite-store.js';
 import { AGENTS, benchDir, closedLoop, round, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
 
 const { values } = parseArgs({

@@ -29,7 +29,7 @@ export const ADAPTER_SETTINGS = {
    * URL shared by any number of adapters (store/open.ts).
    */
   db: { env: 'AGW_DB', default: './data/adapter.db' },
-  /** full (default) or normal: see SyncMode in store/sqlite-store.ts for what normal risks. */
+  /** full (default) or normal: see SyncMode in store/sqlite/sqlite-store.ts for what normal risks. */
   sync: { env: 'AGW_SYNC', default: 'full' },
   /** Largest message (request body of POST /v1/messages), bytes. Default 262144 (256 KiB). */
   maxMessageBytes: { env: 'AGW_MAX_MESSAGE_BYTES', default: String(DEFAULT_MAX_MESSAGE_BYTES) },

@@ -27,7 +27,7 @@
 import { GatewayError } from '../protocol/errors.js';
 import type { Answer } from '../protocol/router.js';
 import type { Delivery, Message } from '../protocol/wire.js';
-import type { Copy, Held, NewCopy, SidecarFile } from '../store/sidecar-file.js';
+import type { Copy, Held, NewCopy, SidecarFile } from '../store/sidecar/sidecar-file.js';
 import type { AdapterResponse } from './adapter-client.js';
 import type { Upstream } from './circuit-breaker.js';
 import type { SidecarEventMap } from './events.js';

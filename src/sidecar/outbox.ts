@@ -1,14 +1,14 @@
 /**
  * The sidecar's durable, bounded outbox: what the agent handed over while the adapter could not
- * take it, in acceptance order. A message is in the file (store/sidecar-file.ts, fsynced) before
+ * take it, in acceptance order. A message is in the file (store/sidecar/sidecar-file.ts, fsynced) before
  * the agent hears 202, and leaves it only after the adapter's 201 or 200, or, refused for good,
  * into the local dead letters.
  */
 import { parseEnvelope } from '../protocol/envelope.js';
 import { fingerprint } from '../protocol/fingerprint.js';
-import type { Queued, Refused, SidecarFile } from '../store/sidecar-file.js';
+import type { Queued, Refused, SidecarFile } from '../store/sidecar/sidecar-file.js';
 
-export type { Queued, Refused } from '../store/sidecar-file.js';
+export type { Queued, Refused } from '../store/sidecar/sidecar-file.js';
 
 export class Outbox {
   readonly capacity: number;

@@ -11,7 +11,7 @@ import type { Emergencies } from '../journald/emergency.js';
 import { GatewayError } from '../protocol/errors.js';
 import { createServer, DEFAULT_LIMITS, type HttpShell } from '../protocol/http-server.js';
 import { RouteTable } from '../protocol/router.js';
-import { SidecarFile } from '../store/sidecar-file.js';
+import { SidecarFile } from '../store/sidecar/sidecar-file.js';
 import { AdapterClient } from './adapter-client.js';
 import type { BackoffOptions } from './backoff.js';
 import { AdapterBreaker, type StoredBreaker } from './circuit-breaker.js';

@@ -5,7 +5,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { SqliteStore, type SqliteStoreOptions } from './sqlite-store.js';
+import { SqliteStore, type SqliteStoreOptions } from './sqlite/sqlite-store.js';
 import type { Store } from './store.js';
 
 /** A postgres:// or postgresql:// URL: the PostgreSQL store. */
@@ -28,7 +28,7 @@ export function shownDb(db: string): string {
 export async function openStore(db: string, opts: SqliteStoreOptions = {}): Promise<Store> {
   if (isPostgresUrl(db)) {
     // loaded only when asked for: a SQLite adapter never loads the driver
-    const { openPgStore } = await import('./pg-store.js');
+    const { openPgStore } = await import('./postgres/pg-store.js');
     return openPgStore(db, opts);
   }
   mkdirSync(dirname(db), { recursive: true });

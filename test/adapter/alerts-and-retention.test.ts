@@ -6,7 +6,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import type { MessageDraft } from '../../src/store/store.js';
 import { startTestAdapter } from '../helpers/adapter.js';
 import { call, type Json } from '../helpers/http.js';

@@ -10,7 +10,7 @@ import { pino } from 'pino';
 import { afterEach, expect, it } from 'vitest';
 import { GroupCommit } from '../../src/adapter/group-commit.js';
 import type { Emergencies } from '../../src/journald/emergency.js';
-import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { call, type Json, sendAs } from '../helpers/http.js';
 import { tempDir, tokenOf } from '../helpers/topology.js';

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { type CommitStats, GroupCommit } from '../../src/adapter/group-commit.js';
 import { GatewayError } from '../../src/protocol/errors.js';
-import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import type { MessageDraft } from '../../src/store/store.js';
 import { tempDir } from '../helpers/topology.js';
 

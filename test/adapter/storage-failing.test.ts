@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { EMERGENCY_MESSAGE_ID, Emergencies } from '../../src/journald/emergency.js';
 import { JournalWriter } from '../../src/journald/writer.js';
-import type { SqliteStore } from '../../src/store/sqlite-store.js';
+import type { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { call, type Json, pollAs, sendAs } from '../helpers/http.js';
 import { startJournal, type TestJournal } from '../helpers/journald.js';

@@ -97,13 +97,32 @@ it('no file reaches itself through its imports', () => {
   expect(cycles).toEqual([]);
 });
 
-it('neither store engine imports the other: what both use lives in engine-neutral files', () => {
-  const engine = (f: string) => /^store\/(sqlite|pg)-/.exec(relative(SRC, f))?.[1];
-  const crossed = [...graph].flatMap(([f, deps]) =>
-    deps
-      .filter((d) => engine(f) !== undefined && engine(d) !== undefined && engine(d) !== engine(f))
-      .map((d) => `${relative(SRC, f)} → ${relative(SRC, d)}`),
-  );
+/**
+ * Inside store/: a folder → the folders it may never import. rules/ is engine-neutral (pure
+ * rules both engines call); neither engine imports the other; the sidecar's SQLite file may use
+ * the SQLite helpers (sqlite/sqlite-file.ts) but never PostgreSQL.
+ */
+const STORE_NEVER: Record<string, readonly string[]> = {
+  rules: ['sqlite', 'postgres', 'sidecar'],
+  sqlite: ['postgres', 'sidecar'],
+  postgres: ['sqlite', 'sidecar'],
+  sidecar: ['postgres'],
+};
+
+/** src/store/postgres/pg-store.ts → postgres; src/store/store.ts → undefined (top level). */
+function storeFolderOf(file: string): string | undefined {
+  return /^store\/([a-z]+)\//.exec(relative(SRC, file))?.[1];
+}
+
+it('the store engines keep to their folders: neither imports the other, rules/ imports neither', () => {
+  const folders = new Set(all.map(storeFolderOf).filter((f) => f !== undefined));
+  expect([...folders].sort()).toEqual(Object.keys(STORE_NEVER).sort()); // a new folder needs rules
+  const crossed = [...graph].flatMap(([f, deps]) => {
+    const never = STORE_NEVER[storeFolderOf(f) ?? ''] ?? [];
+    return deps
+      .filter((d) => never.includes(storeFolderOf(d) ?? ''))
+      .map((d) => `${relative(SRC, f)} → ${relative(SRC, d)}`);
+  });
   expect(crossed).toEqual([]);
 });
 
@@ -124,4 +143,16 @@ it('the client reaches no package, only Node built-ins: @agent-gateway/client ha
   );
   expect(packages).toEqual([]);
   expect([...reached].map((f) => relative(SRC, f))).toContain('protocol/wire.ts');
+});
+
+it('store/rules/ is pure: no database driver, no file system', () => {
+  const impure = all
+    .filter((f) => storeFolderOf(f) === 'rules')
+    .flatMap((f) =>
+      [...readFileSync(f, 'utf8').matchAll(/from\s+'([^']+)'/g)]
+        .map((m) => m[1]!)
+        .filter((spec) => /^(pg|better-sqlite3|node:fs|node:fs\/promises)$/.test(spec))
+        .map((spec) => `${relative(SRC, f)} → ${spec}`),
+    );
+  expect(impure).toEqual([]);
 });

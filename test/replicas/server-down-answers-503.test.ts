@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';
-import type { PgStore } from '../../src/store/pg-store.js';
+import type { PgStore } from '../../src/store/postgres/pg-store.js';
 import { startTestAdapter } from '../helpers/adapter.js';
 import { call } from '../helpers/http.js';
 import { PgServer } from '../helpers/pg-server.js';

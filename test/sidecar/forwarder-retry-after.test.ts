@@ -17,7 +17,7 @@ import { AdapterBreaker } from '../../src/sidecar/circuit-breaker.js';
 import { SidecarEventMap } from '../../src/sidecar/events.js';
 import { Forwarder } from '../../src/sidecar/forwarder.js';
 import { Outbox } from '../../src/sidecar/outbox.js';
-import { SidecarFile } from '../../src/store/sidecar-file.js';
+import { SidecarFile } from '../../src/store/sidecar/sidecar-file.js';
 import { tempDir } from '../helpers/topology.js';
 
 const cleanups: (() => void)[] = [];

@@ -1073,6 +1073,29 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       expect(await h.depth('pm')).toEqual({ all: 0, critical: 0 });
     });
 
+    it('acts once on a delivery id given twice in one ack or nack: the depth falls by one, one dead letter', async () => {
+      const h = await open();
+      await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa' }), draft({ channel: '@qa' }));
+      const [a, b, c] = (await h.lease('qa', 10, T0)).map((d) => d.delivery_id);
+      const acked = h.store.stats.acked;
+      // both answered acked (as a repeated ack of an acked one is), the delivery acked once
+      expect(await h.ack('qa', [a!, a!])).toEqual({ acked: [a, a], dead: [], unknown: [] });
+      expect(h.store.stats.acked).toBe(acked + 1);
+      expect(await h.depth('qa')).toEqual({ all: 2, critical: 0 });
+      // the first takes the lease: one dead letter; the second finds it no longer leased
+      expect(
+        await h.one({ op: 'nack', agent: 'qa', ids: [b!, b!], now: T0, retry: false }),
+      ).toEqual({ nacked: [b], ignored: [b], unknown: [] });
+      expect((await h.deadLetters()).map((d) => d.reason)).toEqual(['rejected']);
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 });
+      // a retried nack: one failed attempt, the delivery waiting for its retry
+      expect(await h.nack('qa', [c!, c!], T0)).toEqual({ nacked: [c], ignored: [c], unknown: [] });
+      expect(await h.depth('qa')).toEqual({ all: 1, critical: 0 });
+      expect(await h.deadLetters()).toHaveLength(1);
+      const [again] = await h.lease('qa', 10, T0 + 60_000);
+      expect(again).toMatchObject({ delivery_id: c, attempt: 2 });
+    });
+
     it('reports unknown delivery ids, and an ack of a dead-lettered delivery as dead', async () => {
       const h = await open({ maxRetries: 0 });
       await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa' }));

@@ -8,7 +8,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import type { MessageDraft } from '../../src/store/store.js';
 import { tempDir } from '../helpers/topology.js';
 
@@ -125,7 +125,7 @@ function fsyncsOf(body: string): number {
 describe('fsync calls, counted on a real process', () => {
   const N = 40;
   const adapterScript = (ops: string) => `
-    const { SqliteStore } = await import(dist + 'store/sqlite-store.js');
+    const { SqliteStore } = await import(dist + 'store/sqlite/sqlite-store.js');
     const { createHash, randomUUID } = await import('node:crypto');
     const store = new SqliteStore(process.env.DIR + '/a-' + randomUUID() + '.db', {
       delivery: { maxRetries: 0, leaseMs: 1000, alertsTo: 'orchestrator' } });
@@ -175,7 +175,7 @@ describe('fsync calls, counted on a real process', () => {
   }, async () => {
     process.env.DIR = dir;
     const sidecar = (ops: string) => `
-      const { SidecarFile } = await import(dist + 'store/sidecar-file.js');
+      const { SidecarFile } = await import(dist + 'store/sidecar/sidecar-file.js');
       const file = new SidecarFile(process.env.DIR + '/s-' + Math.random() + '.db');
       for (let i = 0; i < ${N}; i++) { ${ops} }
       file.close();`;

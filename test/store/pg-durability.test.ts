@@ -10,7 +10,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterEach, expect, it } from 'vitest';
-import { openPgStore } from '../../src/store/pg-store.js';
+import { openPgStore } from '../../src/store/postgres/pg-store.js';
 import type { MessageDraft } from '../../src/store/store.js';
 import { testDatabase } from '../helpers/pg.js';
 

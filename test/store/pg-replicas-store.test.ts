@@ -8,8 +8,12 @@ import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Assignment } from '../../src/protocol/envelope.js';
 import type { Delivery } from '../../src/protocol/wire.js';
-import { openPgStore, type PgStore, type PgStoreOptions } from '../../src/store/pg-store.js';
-import type { PgForeignEffects } from '../../src/store/pg-wake.js';
+import {
+  openPgStore,
+  type PgStore,
+  type PgStoreOptions,
+} from '../../src/store/postgres/pg-store.js';
+import type { PgForeignEffects } from '../../src/store/postgres/pg-wake.js';
 import type { AppendOutcome, MessageDraft, Settled, StoreOp } from '../../src/store/store.js';
 import { testDatabase } from '../helpers/pg.js';
 

@@ -10,7 +10,7 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';
-import { openPgStore, type PgStore } from '../../src/store/pg-store.js';
+import { openPgStore, type PgStore } from '../../src/store/postgres/pg-store.js';
 import type { MessageDraft } from '../../src/store/store.js';
 import { PgServer } from '../helpers/pg-server.js';
 

@@ -3,7 +3,7 @@
  * local server (test/helpers/pg.ts), opened as the adapter opens it (sync full).
  */
 import pg from 'pg';
-import { openPgStore } from '../../src/store/pg-store.js';
+import { openPgStore } from '../../src/store/postgres/pg-store.js';
 import { testDatabase } from '../helpers/pg.js';
 import { storeConformance } from './conformance.js';
 

@@ -9,8 +9,8 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, expect, it } from 'vitest';
-import { SQL } from '../../src/store/sql.js';
-import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { SQL } from '../../src/store/sqlite/sql.js';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import { tempDir } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-prune-plan-');

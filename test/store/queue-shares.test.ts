@@ -1,5 +1,5 @@
 /**
- * The fairness rules both stores call (src/store/queue-shares.ts), white-box: whose copy a full
+ * The fairness rules both stores call (src/store/rules/queue-shares.ts), white-box: whose copy a full
  * queue evicts, and who may add a critical copy. The stores' behaviour is held to them by the
  * conformance suite; these pin the choices it does not reach (ties, the fair part, the reserve).
  */
@@ -10,7 +10,7 @@ import {
   criticalShare,
   evictionSender,
   type Holding,
-} from '../../src/store/queue-shares.js';
+} from '../../src/store/rules/queue-shares.js';
 
 const held = (sender: string, open: number, evictable = open, critical = 0): Holding => ({
   sender,

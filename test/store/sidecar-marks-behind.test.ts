@@ -8,7 +8,7 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, afterEach, beforeEach, expect, it, vi } from 'vitest';
-import { SidecarFile, WRITE_BEHIND_MS } from '../../src/store/sidecar-file.js';
+import { SidecarFile, WRITE_BEHIND_MS } from '../../src/store/sidecar/sidecar-file.js';
 import { tempDir } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-marks-');

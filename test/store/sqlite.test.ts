@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { openStore } from '../../src/store/open.js';
-import type { SqliteStore } from '../../src/store/sqlite-store.js';
+import type { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import { storeConformance } from './conformance.js';
 
 storeConformance('SQLite store', async ({ delivery, storage, budgets }) => {

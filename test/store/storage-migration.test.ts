@@ -8,7 +8,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, expect, it } from 'vitest';
-import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import type { MessageDraft } from '../../src/store/store.js';
 import { tempDir } from '../helpers/topology.js';
 

@@ -10,7 +10,7 @@ import { crc32 } from 'node:zlib';
 import Database from 'better-sqlite3';
 import { afterEach, expect, it } from 'vitest';
 import type { Delivery, Message } from '../../src/protocol/wire.js';
-import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import type { AppendOutcome, MessageDraft } from '../../src/store/store.js';
 import { tempDir } from '../helpers/topology.js';
 

@@ -10,8 +10,8 @@ import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, afterEach, beforeEach, expect, it, vi } from 'vitest';
-import { SqliteStore } from '../../src/store/sqlite-store.js';
-import { USAGE_SAVE_MS } from '../../src/store/storage-budget.js';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
+import { USAGE_SAVE_MS } from '../../src/store/sqlite/storage-budget.js';
 import type { MessageDraft } from '../../src/store/store.js';
 import { tempDir } from '../helpers/topology.js';
 

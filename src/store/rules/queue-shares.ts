@@ -1,7 +1,7 @@
 /**
- * Fairness between the senders of one recipient's queue: pure rules, called by both
- * stores (sqlite-deliveries.ts, pg-deliveries.ts), which keep only the SQL that reads the
- * holdings and the victim.
+ * Fairness between the senders of one recipient's queue: pure rules, called by both stores
+ * (sqlite/sqlite-deliveries.ts, postgres/pg-deliveries.ts through rules/deliveries.ts
+ * DeliveryRules), which keep only the SQL that reads the holdings and the victim.
  *
  * - A full queue evicts the oldest normal pending copy of the sender that holds the most of it,
  *   counting the new copy's own sender with the new copy: a flood evicts its own messages first,
@@ -13,7 +13,8 @@
  *   counted against the agents' capacity: they have a reserve of their own on top of it, so no
  *   agent's flood can crowd one out.
  */
-import { ADAPTER_SENDER } from '../protocol/envelope.js';
+import { ADAPTER_SENDER } from '../../protocol/envelope.js';
+import type { DeliveryConfig } from '../store.js';
 
 /** One sender's part of a recipient's open deliveries (pending plus leased). */
 export interface Holding {
@@ -106,4 +107,83 @@ export function admitCritical(
   if (counts.sender === undefined || counts.adapter === undefined) return 'needs-counts';
   if (counts.sender >= share) return 'refuse';
   return counts.total - counts.adapter < criticalCapacity ? 'admit' : 'refuse';
+}
+
+/** A recipient's open deliveries, and how many of them are critical. */
+export interface Depth {
+  readonly all: number;
+  readonly critical: number;
+}
+
+type Bounds = Pick<Required<DeliveryConfig>, 'capacity' | 'criticalCapacity' | 'agents'>;
+
+/**
+ * Whether admitting a copy needs the recipient's holdings read first: its queue is full (whose
+ * copy to evict), or a critical copy's verdict needs its sender's and the adapter's counts.
+ */
+export function admissionNeedsHoldings(
+  depth: Depth,
+  priority: number,
+  sender: string | undefined,
+  cfg: Bounds,
+): boolean {
+  if (depth.all >= cfg.capacity) return true;
+  if (priority === 0) return false;
+  const verdict = admitCritical(
+    sender,
+    { total: depth.critical },
+    cfg.criticalCapacity,
+    cfg.agents,
+  );
+  return verdict === 'needs-counts';
+}
+
+/**
+ * A new copy from `sender` (undefined: an operator's replay of a dead letter) to a queue of
+ * `depth`: 'refuse' (dead at once, queue_full), 'admit', or, the queue being full, the sender
+ * whose oldest normal pending copy to evict (undefined: none may be). Critical copies are never
+ * evicted: the critical bound is all that keeps a flood of them from growing a queue without
+ * end, and each sender's share of it keeps one sender's flood from taking the room of the
+ * others (and of the adapter's alerts, which have their own). `holdings`: read when
+ * admissionNeedsHoldings said so.
+ */
+export function admission(
+  depth: Depth,
+  priority: number,
+  sender: string | undefined,
+  cfg: Bounds,
+  holdings: readonly Holding[] = [],
+): 'refuse' | 'admit' | { readonly evictFrom: string | undefined } {
+  if (priority !== 0) {
+    const of = (s: string) => holdings.find((h) => h.sender === s)?.critical ?? 0;
+    let verdict = admitCritical(
+      sender,
+      { total: depth.critical },
+      cfg.criticalCapacity,
+      cfg.agents,
+    );
+    if (verdict === 'needs-counts') {
+      const counts = { total: depth.critical, sender: of(sender!), adapter: of(ADAPTER_SENDER) };
+      verdict = admitCritical(sender, counts, cfg.criticalCapacity, cfg.agents);
+    }
+    if (verdict !== 'admit') return 'refuse';
+  }
+  if (depth.all < cfg.capacity) return 'admit';
+  return { evictFrom: evictionSender(holdings, sender ?? '') };
+}
+
+/**
+ * A full queue, once the victim was looked for: evict it; else a normal copy is refused
+ * (queue_full) and a critical one taken above the bound, with an overrun alert unless `quiet`
+ * (the adapter's own alerts overrunning alerts_to's queue raise none, or one overrun would feed
+ * the next).
+ */
+export function fullQueue(
+  victimFound: boolean,
+  priority: number,
+  quiet: boolean,
+): 'evict' | 'refuse' | 'overrun' | 'take' {
+  if (victimFound) return 'evict';
+  if (priority === 0) return 'refuse';
+  return quiet ? 'take' : 'overrun';
 }

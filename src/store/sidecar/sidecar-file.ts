@@ -25,8 +25,8 @@
  * rescan that skips the agent's own messages, never a message.
  */
 import type Database from 'better-sqlite3';
-import { SIDECAR_MIGRATIONS, SIDECAR_SQL } from './sql.js';
-import { openSqlite } from './sqlite-file.js';
+import { openSqlite } from '../sqlite/sqlite-file.js';
+import { SIDECAR_MIGRATIONS, SIDECAR_SQL } from './sidecar-sql.js';
 
 /**
  * How long a mark no answer waits for is written behind, ms: the marks made meanwhile share its

@@ -7,35 +7,46 @@
  * transactions of their own right after it, inside the same commit(). The SQL is in pg-sql.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { crc32 } from 'node:zlib';
 import pg from 'pg';
-import { ADAPTER_SENDER } from '../protocol/envelope.js';
-import { GatewayError, isGatewayError } from '../protocol/errors.js';
-import { uuidv7, uuidv7Time } from '../protocol/ids.js';
-import { PAGE_ITEM_OVERHEAD } from '../protocol/limits.js';
-import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
-import type { DueAlert } from './alert-rows.js';
-import { CommitEffectsLog } from './commit-effects.js';
-import { DELIVERY_FIELDS_BYTES } from './page-bytes.js';
-import { AlertFold } from './pg-alerts.js';
-import { type DeliveryRow, PgDeliveries, type ReadyRow } from './pg-deliveries.js';
-import { PG_MIGRATIONS, PG_SQL, type PgStatement } from './pg-sql.js';
-import { PgThreads } from './pg-threads.js';
-import { type AlertEvent, keyOf, Tx } from './pg-tx.js';
-import { type PgForeignEffects, PgWake, wakePayload } from './pg-wake.js';
-import { ReadSlots } from './read-slots.js';
-import { messageSize, STORAGE_FULL_RETRY_AFTER_S } from './storage-budget.js';
+import { ADAPTER_SENDER } from '../../protocol/envelope.js';
+import { GatewayError, isGatewayError } from '../../protocol/errors.js';
+import { uuidv7, uuidv7Time } from '../../protocol/ids.js';
+import { PAGE_ITEM_OVERHEAD } from '../../protocol/limits.js';
+import { deliveryJson } from '../../protocol/wire.js';
+import type { AlertEvent, DueAlert } from '../rules/alert-rows.js';
+import { CommitEffectsLog } from '../rules/commit-effects.js';
+import { CorruptRows } from '../rules/corrupt-rows.js';
+import { deliveryConfig, newStats, statsCopy } from '../rules/deliveries.js';
+import { DELIVERY_FIELDS_BYTES, fittingAsync } from '../rules/page-bytes.js';
+import {
+  agentState,
+  deadLetterView,
+  deliveryStates,
+  messageStatusOf,
+  threadPage,
+} from '../rules/read-views.js';
+import { draftSize, storageRefusal } from '../rules/storage.js';
+import {
+  alertDraft,
+  type BodyRow,
+  type ChannelRow,
+  type DeadLetterRow,
+  type DeadRow,
+  newMessage,
+  type RecipientRow,
+  rejected,
+  repeatOutcome,
+} from '../rules/stored-message.js';
+import { withThreadFields } from '../rules/thread-rows.js';
 import {
   type AgentState,
   type AppendOutcome,
   type Committed,
   DEFAULT_BUDGETS,
-  DEFAULT_DELIVERY,
   DEFAULT_STORAGE,
   type DeliveryConfig,
   type DeliveryJson,
   type DeliveryState,
-  type DeliveryStateName,
   type DeliveryStats,
   type MessageDraft,
   type MessageStatus,
@@ -48,19 +59,14 @@ import {
   type StoreOp,
   type ThreadBudgets,
   type ThreadPage,
-} from './store.js';
-import {
-  assignment,
-  type BodyRow,
-  type ChannelRow,
-  type DeadRow,
-  HEAD_BYTES,
-  messageJson,
-  type RecipientRow,
-  rejected,
-  STATE_NAME,
-} from './stored-message.js';
-import { withThreadFields } from './thread-rows.js';
+} from '../store.js';
+import { AlertFold } from './pg-alerts.js';
+import { type DeliveryRow, PgDeliveries, type ReadyRow } from './pg-deliveries.js';
+import { PG_MIGRATIONS, PG_SQL, type PgStatement } from './pg-sql.js';
+import { PgThreads } from './pg-threads.js';
+import { keyOf, Tx } from './pg-tx.js';
+import { type PgForeignEffects, PgWake, wakePayload } from './pg-wake.js';
+import { ReadSlots } from './read-slots.js';
 
 export interface PgStoreOptions {
   /** full (default): a commit that writes a message waits for its WAL flush; normal: none do. */
@@ -75,17 +81,6 @@ export interface PgStoreOptions {
   readonly safetyPollMs?: number;
   /** Connections of the read pool. Default 4. */
   readonly readConnections?: number;
-}
-
-interface DeadOne {
-  id: number;
-  kind: string;
-  channel: string;
-  message: number;
-  recipient: string;
-  replay_delivery: number | null;
-  priority: number;
-  message_id: string;
 }
 
 /** Expired leases handled per sweep transaction. */
@@ -157,21 +152,7 @@ export async function openPgStore(url: string, opts: PgStoreOptions = {}): Promi
 }
 
 export class PgStore implements Store {
-  readonly stats: DeliveryStats = {
-    enqueued: 0,
-    handedOut: 0,
-    redelivered: 0,
-    acked: 0,
-    deadLetters: {
-      lease_expired: 0,
-      nacked: 0,
-      rejected: 0,
-      evicted: 0,
-      queue_full: 0,
-      integrity: 0,
-    },
-    alerts: 0,
-  };
+  readonly stats: DeliveryStats = newStats();
   readonly safetyPollMs: number;
   /** This store's id in the announcements it makes (its own are not told back to it). */
   readonly instance = randomUUID();
@@ -191,10 +172,7 @@ export class PgStore implements Store {
   /** Agents rows known to exist (rows are never deleted): no INSERT before locking them. */
   readonly #known = new Set<string>();
   /** Message rows known to fail their checksum (found by any read since open). */
-  readonly #corrupt = new Set<number>();
-  #corruptIds: number[] = [];
-  /** Of those, the ones no alert has told yet (the next lease or sweep does). */
-  #unreported = new Set<number>();
+  readonly #corrupt = new CorruptRows();
   /** The size bound's count: the sum as last read, and what this store committed since. */
   #usedBase = 0;
   #usedAdded = 0;
@@ -210,13 +188,7 @@ export class PgStore implements Store {
     };
     this.#messageSync = opts.sync ?? 'full';
     this.safetyPollMs = opts.safetyPollMs ?? 1000;
-    this.#cfg = {
-      ...DEFAULT_DELIVERY,
-      alertWindowMs: 30_000,
-      random: Math.random,
-      alertsTo: '',
-      ...opts.delivery,
-    };
+    this.#cfg = deliveryConfig(opts.delivery);
     this.#alertsTo = this.#cfg.alertsTo;
     this.#deliveries = new PgDeliveries(this.#cfg, this.stats);
     this.#threads = new PgThreads({ ...DEFAULT_BUDGETS, ...opts.budgets }, this.#alertsTo);
@@ -336,8 +308,8 @@ export class PgStore implements Store {
   async #transaction(generic: boolean, body: (tx: Tx) => Promise<void>): Promise<Tx> {
     let lockWaits = 0;
     for (let attempt = 1; ; attempt++) {
-      const counted = { ...this.stats, deadLetters: { ...this.stats.deadLetters } };
-      const unreported = new Set(this.#unreported);
+      const counted = statsCopy(this.stats);
+      const unreported = [...this.#corrupt.unreported];
       const client = await this.#commitClient();
       const tx = new Tx(client, generic);
       try {
@@ -354,7 +326,7 @@ export class PgStore implements Store {
         return tx;
       } catch (err) {
         Object.assign(this.stats, counted);
-        this.#unreported = unreported;
+        this.#corrupt.restore(unreported);
         if (tx.begun) {
           await client.query('ROLLBACK').catch(() => {
             this.#clientBroken = true;
@@ -424,7 +396,9 @@ export class PgStore implements Store {
     // dead letters do not change but for replay_delivery: read before any lock, all at once
     const replays = await Promise.all(
       ops.map((op) =>
-        op.op === 'replay_dead_letter' ? tx.one<DeadOne>('deadLetterOne', [op.id]) : undefined,
+        op.op === 'replay_dead_letter'
+          ? tx.one<DeadLetterRow>('deadLetterOne', [op.id])
+          : undefined,
       ),
     );
     for (const [i, op] of ops.entries()) {
@@ -563,19 +537,7 @@ export class PgStore implements Store {
     // read under the sender's lock: a key another replica committed is seen here
     if (!tx.looked(d.sender, d.idempotencyKey)) await tx.loadKeys([[d.sender, d.idempotencyKey]]);
     const k = tx.keys.get(keyOf(d.sender, d.idempotencyKey));
-    if (k !== undefined) {
-      if (!k.fingerprint.equals(d.fingerprint)) {
-        return rejected(
-          new GatewayError(
-            'idempotency_conflict',
-            `idempotency_key ${d.idempotencyKey} was already used for a different message (${k.message_id})`,
-            { field: 'idempotency_key' },
-          ),
-        );
-      }
-      const a = assignment(k.message_id, k.channel, k.seq, k.received_at, d, k.thread_id, k.hop);
-      return { status: 200, assignment: a };
-    }
+    if (k !== undefined) return repeatOutcome(k, d);
     const counter = tx.seqs.get(d.channel);
     if (counter === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
     // the next number, taken only once the message is stored (a refusal takes none)
@@ -583,11 +545,7 @@ export class PgStore implements Store {
     const placed = await this.#threads.place(tx, d);
     if (placed instanceof GatewayError) return rejected(placed);
     if (d.sender !== ADAPTER_SENDER) {
-      const estimate = messageSize(
-        Buffer.byteLength(d.payloadJson) + HEAD_BYTES,
-        d.recipients.length,
-      );
-      const refused = await this.#admit(tx, d.sender, estimate);
+      const refused = await this.#admit(tx, d.sender, draftSize(d));
       if (refused !== undefined) {
         tx.raise(d.sender, 'storage_full', undefined, 0, d.receivedAt);
         return rejected(refused);
@@ -596,37 +554,16 @@ export class PgStore implements Store {
     tx.wroteMessage = true;
     counter.last = seq;
     counter.moved = true;
-    const id = uuidv7(d.receivedAt);
-    const a = assignment(id, d.channel, seq, d.receivedAt, d, placed.threadId ?? id, placed.hop);
-    const body = messageJson(a, d, placed);
-    const size = messageSize(Buffer.byteLength(body), d.recipients.length);
-    const priority = d.priority === 'critical' ? 1 : 0;
+    const m = newMessage(uuidv7(d.receivedAt), seq, d, placed);
+    const { assignment: a, size, priority } = m;
+    const id = a.message_id;
     const quiet = d.sender === ADAPTER_SENDER;
     const states: DeliveryState[] = [];
     for (const r of d.recipients) {
       states.push(await this.#deliveries.admit(tx, r, id, priority, d.receivedAt, d.sender, quiet));
     }
     // sent with the group's next statement, not waited for
-    tx.insertMessage(
-      [
-        id,
-        d.channel,
-        seq,
-        d.sender,
-        d.idempotencyKey,
-        d.fingerprint,
-        d.kind,
-        priority,
-        d.receivedAt,
-        body,
-        crc32(body),
-        size,
-        placed.threadId,
-        placed.hop,
-      ],
-      d.recipients,
-      states,
-    );
+    tx.insertMessage(m.row, d.recipients, states);
     tx.keys.set(keyOf(d.sender, d.idempotencyKey), {
       message_id: id,
       channel: d.channel,
@@ -655,7 +592,7 @@ export class PgStore implements Store {
    * the sender's own row, locked. The volume's reserve is not visible from a client.
    */
   async #admit(tx: Tx, sender: string, bytes: number): Promise<GatewayError | undefined> {
-    const { maxBytes, senderShare } = this.#limits;
+    const { maxBytes } = this.#limits;
     const margin = Math.max(1024 ** 2, maxBytes / 64);
     const now = performance.now();
     let used = this.#usedBase + this.#usedAdded + tx.addedBytes;
@@ -666,24 +603,12 @@ export class PgStore implements Store {
       this.#usedAt = now;
       used = this.#usedBase + tx.addedBytes;
     }
-    if (used + bytes > maxBytes) {
-      return full(
-        `the store uses ${mib(used)} of its ${mib(maxBytes)} (AGW_MAX_STORE_BYTES); new messages wait for retention to free space`,
-      );
-    }
-    const share = Math.floor(maxBytes * senderShare);
-    const mine = tx.agent(sender).bytes ?? 0;
-    if (mine + bytes > share) {
-      return full(
-        `${sender}'s stored messages use ${mib(mine)} of its share of ${mib(share)} (AGW_SENDER_SHARE_PERCENT of AGW_MAX_STORE_BYTES)`,
-      );
-    }
-    return undefined;
+    return storageRefusal(sender, bytes, used, tx.agent(sender).bytes ?? 0, this.#limits);
   }
 
   /**
    * Hands out an agent's ready deliveries (its row locked: one replica at a time), checked
-   * against their checksums first; a corrupt one is quarantined (sqlite-store.ts #lease).
+   * against their checksums first; a corrupt one is quarantined (as sqlite/sqlite-store.ts #lease).
    */
   async #lease(
     tx: Tx,
@@ -726,18 +651,18 @@ export class PgStore implements Store {
     }
   }
 
-  /** Alerts about corrupt rows that reads found (sqlite-store.ts #reportFinds). */
+  /** Alerts about corrupt rows that reads found (as sqlite/sqlite-store.ts #reportFinds). */
   async #reportFinds(tx: Tx, now: number): Promise<void> {
-    if (this.#unreported.size === 0) return;
+    if (this.#corrupt.unreported.size === 0) return;
+    const ids = this.#corrupt.takeUnreported();
     const rows = await tx.q<{ id: number; message_id: string; channel: string }>('messageWhere', [
-      [...this.#unreported],
+      ids,
     ]);
     const byId = new Map(rows.map((r) => [r.id, r]));
-    for (const id of this.#unreported) {
+    for (const id of ids) {
       const m = byId.get(id);
       if (m !== undefined) tx.raise(m.channel, 'checksum_mismatch', m.message_id, 0, now);
     }
-    this.#unreported = new Set();
   }
 
   async #replayDeadLetter(
@@ -745,7 +670,7 @@ export class PgStore implements Store {
     id: number,
     now: number,
   ): Promise<OpResults['replay_dead_letter']> {
-    const dl = await tx.one<DeadOne>('deadLetterLocked', [id]);
+    const dl = await tx.one<DeadLetterRow>('deadLetterLocked', [id]);
     if (dl === undefined) return undefined;
     if (dl.replay_delivery !== null) return { delivery_id: dl.replay_delivery, replayed: false };
     await this.#lockLate(tx, [dl.recipient]);
@@ -770,7 +695,7 @@ export class PgStore implements Store {
     const d = {
       recipient: dl.recipient,
       priority: dl.priority,
-      kind: dl.kind,
+      kind: dl.kind!, // deadLetterLocked selects it
       messageId: dl.message_id,
     };
     this.#deliveries.settle(tx, d, state, now);
@@ -859,7 +784,7 @@ export class PgStore implements Store {
    * folded into alert_state in id order (pg-alerts.ts), and the alerts that fell due (with
    * `flushAt`, those whose window has passed too) are written to alerts_to as messages:
    * its channel's lock, then its agents row. Writing one can evict from alerts_to's queue and
-   * raise another, folded at once, so it loops as sqlite-store.ts #writeDueAlerts does.
+   * raise another, folded at once, so it loops as sqlite/sqlite-store.ts #writeDueAlerts does.
    */
   async #foldAlerts(fx: CommitEffectsLog, flushAt: number | undefined): Promise<void> {
     const tx = await this.#transaction(false, async (tx) => {
@@ -909,23 +834,11 @@ export class PgStore implements Store {
   }
 
   async #writeAlert(tx: Tx, a: DueAlert): Promise<void> {
-    const channel = `@${this.#alertsTo}`;
     if (!tx.agents.has(this.#alertsTo)) {
-      await tx.lockChannels([channel]);
+      await tx.lockChannels([`@${this.#alertsTo}`]);
       await tx.lockAgents([this.#alertsTo, ADAPTER_SENDER], this.#known);
     }
-    await this.#append(tx, {
-      sender: ADAPTER_SENDER,
-      idempotencyKey: uuidv7(a.at),
-      fingerprint: Buffer.alloc(32),
-      channel,
-      kind: a.kind,
-      priority: 'critical',
-      replyTo: null,
-      payloadJson: JSON.stringify(a.payload),
-      receivedAt: a.at,
-      recipients: [this.#alertsTo],
-    });
+    await this.#append(tx, alertDraft(a, this.#alertsTo));
     const { at: _at, ...sent } = a;
     tx.fx.alerts.push(sent);
   }
@@ -979,7 +892,7 @@ export class PgStore implements Store {
       },
       maxBytes,
     );
-    return { messages, nextAfter: messages.length === 0 ? null : ids[messages.length - 1]! };
+    return threadPage(messages, ids);
   }
 
   async *#intactThread(
@@ -1030,7 +943,7 @@ export class PgStore implements Store {
       const values = [
         channel,
         after,
-        this.#corruptIds,
+        this.#corrupt.ids,
         want,
         Math.max(bytes, 1),
         PAGE_ITEM_OVERHEAD,
@@ -1061,25 +974,18 @@ export class PgStore implements Store {
 
   #pageSlots: ReadSlots | undefined;
 
-  async pageDeliveries(
-    reader: string,
-    channel: string,
-    afterSeq: number,
-    limit: number,
-  ): Promise<Record<string, DeliveryStateName>> {
-    const out: Record<string, DeliveryStateName> = {};
+  async pageDeliveries(reader: string, channel: string, afterSeq: number, limit: number) {
     // part of a replay page: it waits for a page read's slot as the page did
     const rows = await this.#pageReads.run(() =>
       this.#read<{ message_id: string; state: DeliveryState }>('pageDeliveries', [
         channel,
         afterSeq,
-        this.#corruptIds,
+        this.#corrupt.ids,
         limit,
         reader,
       ]),
     );
-    for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
-    return out;
+    return deliveryStates(rows);
   }
 
   async messageStatus(messageId: string): Promise<MessageStatus | undefined> {
@@ -1087,19 +993,8 @@ export class PgStore implements Store {
     if (at === undefined) return undefined;
     const [m] = await this.#read<BodyRow & { sender: string }>('messageById', [at, messageId]);
     if (m === undefined) return undefined;
-    const message = this.#intact(m, true) ? withThreadFields(m.body) : 'null';
-    const latest = new Map<string, RecipientRow>();
-    for (const r of await this.#read<RecipientRow>('recipients', [m.id])) {
-      latest.set(r.recipient, r);
-    }
-    const recipients = [...latest.values()].map((r) => ({
-      agent: r.recipient,
-      state: STATE_NAME[r.state as DeliveryState],
-      attempts: r.attempt,
-      reason: r.reason,
-      ...(r.note === null ? {} : { note: r.note }),
-    }));
-    return { message, sender: m.sender, recipients };
+    const rows = await this.#read<RecipientRow>('recipients', [m.id]);
+    return messageStatusOf(m, rows, (r) => this.#intact(r, true));
   }
 
   async deadLetters(
@@ -1126,23 +1021,10 @@ export class PgStore implements Store {
         if (got.length < want) return;
       }
     }
-    return await fittingAsync(rows(), (r) => this.#deadLetterJson(r), maxBytes);
-  }
-
-  #deadLetterJson(r: DeadRow): string {
-    return deadLetterJson(
-      {
-        id: r.id,
-        reason: r.reason,
-        attempts: r.attempts,
-        recipient: r.recipient,
-        deadLetteredAt: r.created_at,
-        replayDeliveryId: r.replay_delivery,
-        note: r.note,
-      },
-      this.#intact({ id: r.message, body: r.body, checksum: r.checksum }, true)
-        ? withThreadFields(r.body)
-        : 'null',
+    return await fittingAsync(
+      rows(),
+      (r) => deadLetterView(r, (b) => this.#intact(b, true)),
+      maxBytes,
     );
   }
 
@@ -1157,13 +1039,7 @@ export class PgStore implements Store {
     const byId = new Map(rows.map((r) => [r.id, r]));
     return list.map((id) => {
       const r = byId.get(id);
-      return {
-        id,
-        last_seen:
-          r === undefined || r.last_seen === null ? null : new Date(r.last_seen).toISOString(),
-        queue_depth: r?.depth ?? 0,
-        critical_depth: r?.critical ?? 0,
-      };
+      return agentState(id, r?.last_seen, { all: r?.depth ?? 0, critical: r?.critical ?? 0 });
     });
   }
 
@@ -1181,7 +1057,7 @@ export class PgStore implements Store {
     const [r] = await this.#read<{ due: number | null }>('nextDue', [now, this.#cfg.alertWindowMs]);
     const due = r?.due ?? undefined;
     // a corrupt row a read found is told by the next sweep: due now
-    if (this.#unreported.size > 0) return due === undefined ? now : Math.min(due, now);
+    if (this.#corrupt.unreported.size > 0) return due === undefined ? now : Math.min(due, now);
     return due;
   }
 
@@ -1246,15 +1122,9 @@ export class PgStore implements Store {
     await this.#pool.end().catch(() => undefined);
   }
 
-  /** As sqlite-store.ts #intact: a row failing its checksum is remembered (and reported). */
+  /** Whether a stored message passes its checksum (rules/corrupt-rows.ts). */
   #intact(r: BodyRow, report: boolean): boolean {
-    if (crc32(r.body) === r.checksum) return true;
-    if (!this.#corrupt.has(r.id)) {
-      this.#corrupt.add(r.id);
-      this.#corruptIds = [...this.#corrupt];
-      if (report) this.#unreported.add(r.id);
-    }
-    return false;
+    return this.#corrupt.intact(r, report);
   }
 }
 
@@ -1301,31 +1171,6 @@ function merge(fx: CommitEffectsLog, tx: Tx): void {
   fx.alerts.push(...tx.fx.alerts);
   for (const a of tx.fx.woken) fx.woken.add(a);
   fx.timingChanged ||= tx.fx.timingChanged;
-}
-
-/** page-bytes.ts fitting, over rows read as the page grows. */
-async function fittingAsync<R>(
-  rows: AsyncIterable<R>,
-  toJson: (row: R) => string,
-  maxBytes: number,
-): Promise<string[]> {
-  const out: string[] = [];
-  let bytes = 0;
-  for await (const row of rows) {
-    const json = toJson(row);
-    bytes += Buffer.byteLength(json) + PAGE_ITEM_OVERHEAD;
-    if (out.length > 0 && bytes > maxBytes) break;
-    out.push(json);
-  }
-  return out;
-}
-
-function full(message: string): GatewayError {
-  return new GatewayError('storage_full', message, { retryAfterS: STORAGE_FULL_RETRY_AFTER_S });
-}
-
-function mib(bytes: number): string {
-  return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
 }
 
 /** SQLSTATE of a lock wait that ran past lock_timeout. */

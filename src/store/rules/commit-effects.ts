@@ -2,7 +2,7 @@
  * What the parts of the SQLite store note during one group's transaction, handed back with the
  * commit as one CommitEffects value (store.ts) and cleared for the next group.
  */
-import type { CommitEffects, SentAlert } from './store.js';
+import type { CommitEffects, SentAlert } from '../store.js';
 
 export class CommitEffectsLog {
   alerts: SentAlert[] = [];

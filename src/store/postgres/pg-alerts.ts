@@ -1,14 +1,21 @@
 /**
- * Alert aggregation on PostgreSQL: the rules of sqlite-alerts.ts (at most one alert per
+ * Alert aggregation on PostgreSQL: the rules of rules/alert-rows.ts (at most one alert per
  * (subject, reason) every window, the first at once, the count since the last), applied by one
  * transaction at a time across replicas. Groups only append events (alert_events); the alerts
  * transaction, under pg_advisory_xact_lock(LOCK_ALERTS), takes every event in id order, folds
  * each into its alert_state row as SQLite's raise() would at the event's time, and hands back
  * the alerts that fell due for the store to write as messages. Runs inside that transaction.
  */
-import { type AlertRow, type DueAlert, dueAlertOf, MAX_IDS } from './alert-rows.js';
-import type { AlertEvent, Tx } from './pg-tx.js';
-import { ALERT_KIND, type DeliveryStats } from './store.js';
+import {
+  type AlertEvent,
+  type AlertRow,
+  alertWaiting,
+  type DueAlert,
+  dueAlertOf,
+  foldAlert,
+} from '../rules/alert-rows.js';
+import type { DeliveryStats } from '../store.js';
+import type { Tx } from './pg-tx.js';
 
 const keyOf = (recipient: string, reason: string) => `${recipient}\u0000${reason}`;
 
@@ -43,24 +50,11 @@ export class AlertFold {
     for (const r of rows) this.#rows.set(keyOf(r.recipient, r.reason), r);
   }
 
-  /** One event, as sqlite-alerts.ts raise() counts it at its time (its row loaded first). */
+  /** One event, folded as the SQLite store folds it (rules/alert-rows.ts foldAlert). */
   apply(e: AlertEvent): void {
-    const k = keyOf(e.recipient, e.reason);
-    const prior = this.#rows.get(k) ?? undefined;
-    const ids = prior === undefined ? [] : (JSON.parse(prior.message_ids) as string[]);
-    if (e.messageId !== null && ids.length < MAX_IDS && !ids.includes(e.messageId))
-      ids.push(e.messageId);
-    const row: AlertRow = {
-      recipient: e.recipient,
-      reason: e.reason,
-      kind: ALERT_KIND[e.reason],
-      last_sent_at: prior?.last_sent_at ?? 0,
-      count: (prior?.count ?? 0) + e.count,
-      message_ids: JSON.stringify(ids),
-      attempts: e.attempts,
-      sender: e.sender ?? prior?.sender ?? null,
-    };
-    if (e.at - row.last_sent_at >= this.#windowMs) this.#fallDue(row, e.at);
+    const prior = this.#rows.get(keyOf(e.recipient, e.reason)) ?? undefined;
+    const { row, due } = foldAlert(prior, e, this.#windowMs);
+    if (due) this.#fallDue(row, e.at);
     else this.#save(row);
   }
 
@@ -70,7 +64,7 @@ export class AlertFold {
     const byKey = new Map(rows.map((r) => [keyOf(r.recipient, r.reason), r]));
     // what this transaction changed wins over what the table says
     for (const [k, r] of this.#rows) {
-      if (r !== null && r.count > 0 && r.last_sent_at <= now - this.#windowMs) byKey.set(k, r);
+      if (r !== null && alertWaiting(r, now, this.#windowMs)) byKey.set(k, r);
       else byKey.delete(k);
     }
     for (const r of byKey.values()) this.#fallDue(r, now);

@@ -4,7 +4,7 @@
  * large. Rows are turned into JSON one at a time as the page grows, so a row past the bound is
  * read once at most and never kept.
  */
-import { PAGE_ITEM_OVERHEAD } from '../protocol/limits.js';
+import { PAGE_ITEM_OVERHEAD } from '../../protocol/limits.js';
 
 /**
  * The JSON of `rows`, in order, while their UTF-8 bytes and `extraPerItem` beside each (the
@@ -33,3 +33,21 @@ export function fitting<R>(
  * most, and a comma): within an item's overhead.
  */
 export const DELIVERY_FIELDS_BYTES = PAGE_ITEM_OVERHEAD;
+
+/** fitting, over rows read as the page grows (an engine whose reads are asynchronous). */
+export async function fittingAsync<R>(
+  rows: AsyncIterable<R>,
+  toJson: (row: R) => string,
+  maxBytes: number,
+  extraPerItem = PAGE_ITEM_OVERHEAD,
+): Promise<string[]> {
+  const out: string[] = [];
+  let bytes = 0;
+  for await (const row of rows) {
+    const json = toJson(row);
+    bytes += Buffer.byteLength(json) + extraPerItem;
+    if (out.length > 0 && bytes > maxBytes) break;
+    out.push(json);
+  }
+  return out;
+}

@@ -6,22 +6,12 @@
  */
 import type { Writable } from 'node:stream';
 import type pg from 'pg';
-import { CommitEffectsLog } from './commit-effects.js';
+import { type AlertEvent, alertEvent } from '../rules/alert-rows.js';
+import { CommitEffectsLog } from '../rules/commit-effects.js';
+import type { DeliveryRow } from '../rules/deliveries.js';
+import type { KeyRow, MessageRow } from '../rules/stored-message.js';
+import type { TargetRow } from '../rules/thread-rows.js';
 import { PG_SQL, type PgStatement } from './pg-sql.js';
-import type { AlertReason, DeliveryState } from './store.js';
-
-export interface DeliveryRow {
-  id: number;
-  message: number;
-  recipient: string;
-  state: DeliveryState;
-  attempt: number;
-  priority: number;
-  lease_expires_at?: number | null;
-  /** Its message's kind and message_id (null: the message is gone), for the alert it raises. */
-  kind?: string | null;
-  message_id?: string | null;
-}
 
 /** A delivery that may be handed out now, with its message (readyLanes). */
 export interface ReadyRow {
@@ -31,60 +21,6 @@ export interface ReadyRow {
   body: string;
   checksum: number;
 }
-
-/** An alert counted by a transaction: a row of alert_events once it commits. */
-export interface AlertEvent {
-  readonly recipient: string;
-  readonly reason: AlertReason;
-  readonly messageId: string | null;
-  readonly attempts: number;
-  readonly at: number;
-  readonly count: number;
-  readonly sender: string | null;
-}
-
-/** A stored message as its idempotency key finds it. */
-export interface KeyRow {
-  message_id: string;
-  channel: string;
-  seq: number;
-  received_at: number;
-  fingerprint: Buffer;
-  thread_id: string;
-  hop: number;
-}
-
-/** A message a reply names (immutable once stored). */
-export interface TargetRow {
-  id: number;
-  message_id: string;
-  channel: string;
-  sender: string;
-  thread_id: string;
-  hop: number;
-}
-
-/**
- * A messages row as insertMessages takes it: message_id, channel, seq, sender,
- * idempotency_key, fingerprint, kind, priority, received_at, body, checksum, size, thread_id,
- * hop.
- */
-export type MessageRow = readonly [
-  string,
-  string,
-  number,
-  string,
-  string,
-  Buffer,
-  string,
-  number,
-  number,
-  string,
-  number,
-  number,
-  string | null,
-  number,
-];
 
 export const keyOf = (sender: string, key: string) => `${sender}\u0000${key}`;
 
@@ -337,25 +273,9 @@ export class Tx {
     if (r) Object.assign(r, patch);
   }
 
-  /** Counts an event towards its (recipient, reason) alert (sqlite-alerts.ts, raise). */
-  raise(
-    recipient: string,
-    reason: AlertReason,
-    messageId: string | undefined,
-    attempts: number,
-    at: number,
-    count = 1,
-    sender: string | null = null,
-  ): void {
-    const e: AlertEvent = {
-      recipient,
-      reason,
-      messageId: messageId === undefined || messageId === '' ? null : messageId,
-      attempts,
-      at,
-      count,
-      sender,
-    };
+  /** Counts an event towards its (recipient, reason) alert (folded by the alerts transaction). */
+  raise(...event: Parameters<typeof alertEvent>): void {
+    const e = alertEvent(...event);
     if (this.onRaise !== undefined) this.onRaise(e);
     else this.events.push(e);
   }

@@ -11,9 +11,9 @@
  *   message's size in that transaction. Exact at each transaction's start.
  * - A sender's share counts each of its stored messages by `size`: the stored bytes plus the
  *   measured cost of a row with its index entries (MESSAGE_OVERHEAD_BYTES) and of each delivery
- *   (DELIVERY_OVERHEAD_BYTES). An estimate, within a few hundred bytes a message of what the
- *   pages hold (page slack varies); it only has to keep one sender from taking the whole
- *   store, and the size bound itself is exact. The totals live in memory. On disk,
+ *   (DELIVERY_OVERHEAD_BYTES, both in rules/storage.ts). An estimate, within a few hundred
+ *   bytes a message of what the pages hold (page slack varies); it only has to keep one sender
+ *   from taking the whole store, and the size bound itself is exact. The totals live in memory. On disk,
  *   `sender_usage` (one row per sender) holds them as of a message id (`usage_mark.as_of`):
  *   written back at the end of a transaction at most once every USAGE_SAVE_MS, and in every
  *   transaction that prunes, each time with the mark at the highest id then stored. An open,
@@ -30,35 +30,16 @@
 import { statfsSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type Database from 'better-sqlite3';
-import { GatewayError } from '../protocol/errors.js';
+import type { GatewayError } from '../../protocol/errors.js';
+import { storageRefusal } from '../rules/storage.js';
+import type { StorageLimits, StorageUse } from '../store.js';
 import { SQL } from './sql.js';
-import type { StorageLimits, StorageUse } from './store.js';
-
-/**
- * Measured on this store: 20,000 messages of 388 stored bytes took 778 bytes each with one
- * recipient and 1,296 with five; so about 256 for the row and its three index entries and
- * about 128 per delivery row with its indexes. Migration 3 uses the same numbers: never change
- * them without a migration that recounts `size`.
- */
-export const MESSAGE_OVERHEAD_BYTES = 256;
-export const DELIVERY_OVERHEAD_BYTES = 128;
-
-/**
- * Retry-After of `storage_full`: space comes back when retention runs (hourly) or an operator
- * acts, not in a second; 30 s keeps a fleet of sidecars from asking every second meanwhile.
- */
-export const STORAGE_FULL_RETRY_AFTER_S = 30;
 
 /** The senders' totals are written back at most this often, ms, and with every prune. */
 export const USAGE_SAVE_MS = 1000;
 
 /** Free space is looked at again after this long, ms. */
 const STATFS_EVERY_MS = 1000;
-
-/** What a message counts against its sender: its stored bytes and rows. */
-export function messageSize(bodyBytes: number, recipients: number): number {
-  return bodyBytes + MESSAGE_OVERHEAD_BYTES + DELIVERY_OVERHEAD_BYTES * recipients;
-}
 
 export class StorageBudget {
   readonly #limits: StorageLimits;
@@ -102,28 +83,8 @@ export class StorageBudget {
    */
   admit(sender: string, bytes: number): GatewayError | undefined {
     const used = this.#readUsed();
-    const { maxBytes, senderShare, reserveBytes } = this.#limits;
-    if (used + bytes > maxBytes) {
-      return full(
-        `the store uses ${mib(used)} of its ${mib(maxBytes)} (AGW_MAX_STORE_BYTES); new messages wait for retention to free space`,
-      );
-    }
-    const share = Math.floor(maxBytes * senderShare);
     const mine = this.#senders.get(sender) ?? 0;
-    if (mine + bytes > share) {
-      return full(
-        `${sender}'s stored messages use ${mib(mine)} of its share of ${mib(share)} (AGW_SENDER_SHARE_PERCENT of AGW_MAX_STORE_BYTES)`,
-      );
-    }
-    if (reserveBytes > 0) {
-      const available = this.#available(used);
-      if (available - bytes < reserveBytes) {
-        return full(
-          `the store's volume has ${mib(available)} free, and ${mib(reserveBytes)} are kept free (AGW_MIN_FREE_BYTES)`,
-        );
-      }
-    }
-    return undefined;
+    return storageRefusal(sender, bytes, used, mine, this.#limits, () => this.#available(used));
   }
 
   /** A message was written: counted against its sender. */
@@ -212,12 +173,4 @@ export class StorageBudget {
     }
     return this.#volumeFree - Math.max(0, grown) + this.#freePagesBytes;
   }
-}
-
-function full(message: string): GatewayError {
-  return new GatewayError('storage_full', message, { retryAfterS: STORAGE_FULL_RETRY_AFTER_S });
-}
-
-function mib(bytes: number): string {
-  return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
 }

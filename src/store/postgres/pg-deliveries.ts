@@ -1,22 +1,22 @@
 /**
- * Deliveries on PostgreSQL: the rules of sqlite-deliveries.ts (bounded queues with
+ * Deliveries on PostgreSQL: the rules of rules/deliveries.ts (bounded queues with
  * priority-aware eviction, strict order per channel, leases, retries with backoff, dead letters
  * that count towards alerts), run inside a transaction that holds the lock of every agents row
  * whose deliveries it changes, so the depths it keeps in that row stay exact across replicas.
  */
-import { ADAPTER_KIND_PREFIX, ADAPTER_SENDER } from '../protocol/envelope.js';
-import { GatewayError } from '../protocol/errors.js';
-import type { DeliveryRow, ReadyRow, Tx } from './pg-tx.js';
-import { admitCritical, evictionSender, type Holding } from './queue-shares.js';
+import { ADAPTER_KIND_PREFIX } from '../../protocol/envelope.js';
+import { type DeliveryRow, DeliveryRules, type DeliverySettings } from '../rules/deliveries.js';
+import type { Holding } from '../rules/queue-shares.js';
 import {
   type DeadLetterReason,
-  type DeliveryConfig,
   DeliveryState,
   type DeliveryStats,
   type OpResults,
-} from './store.js';
+} from '../store.js';
+import type { ReadyRow, Tx } from './pg-tx.js';
 
-export type { DeliveryRow, ReadyRow } from './pg-tx.js';
+export type { DeliveryRow } from '../rules/deliveries.js';
+export type { ReadyRow } from './pg-tx.js';
 
 type MutableHolding = { -readonly [K in keyof Holding]: Holding[K] };
 
@@ -28,25 +28,25 @@ interface TxShares {
 }
 
 export class PgDeliveries {
-  readonly #cfg: Required<DeliveryConfig>;
+  readonly #rules: DeliveryRules;
   readonly #stats: DeliveryStats;
   /** Per transaction: the holdings and victims read in it (#state). */
   readonly #shares = new WeakMap<Tx, TxShares>();
 
-  constructor(cfg: Required<DeliveryConfig>, stats: DeliveryStats) {
-    this.#cfg = cfg;
+  constructor(cfg: DeliverySettings, stats: DeliveryStats) {
+    this.#rules = new DeliveryRules(cfg);
     this.#stats = stats;
   }
 
   get leaseMs(): number {
-    return this.#cfg.leaseMs;
+    return this.#rules.leaseMs;
   }
 
   /**
    * What a new delivery from `sender` to `recipient` is to be (the recipient's row locked):
    * pending, after evicting the oldest normal pending delivery of the sender holding the most of
    * the queue if it is full, or dead at once (queue_full; then `settle` writes its dead letter).
-   * The rules of sqlite-deliveries.ts enqueue, from queue-shares.ts. `sender` undefined: an
+   * The rules: rules/queue-shares.ts admission and fullQueue. `sender` undefined: an
    * operator's replay of a dead letter.
    */
   async admit(
@@ -58,25 +58,25 @@ export class PgDeliveries {
     sender: string | undefined,
     quiet: boolean,
   ): Promise<DeliveryState> {
-    const depth = tx.agent(recipient);
+    const row = tx.agent(recipient);
+    const depth = { all: row.depth, critical: row.critical };
     const left = tx.toCome.get(recipient) ?? 1;
     tx.toCome.set(recipient, left - 1);
-    if (priority !== 0 && !(await this.#admitCritical(tx, recipient, sender, depth.critical))) {
-      return DeliveryState.deadLetter;
-    }
-    if (depth.depth >= this.#cfg.capacity) {
-      const holdings = await this.#holdings(tx, recipient);
-      const from = evictionSender([...holdings.values()], sender ?? '');
+    const needs = this.#rules.needsHoldings(depth, priority, sender);
+    const holdings = needs ? await this.#holdings(tx, recipient) : undefined;
+    const plan = this.#rules.admission(depth, priority, sender, [...(holdings?.values() ?? [])]);
+    if (plan === 'refuse') return DeliveryState.deadLetter;
+    if (plan !== 'admit') {
+      const from = plan.evictFrom;
       const victim = from === undefined ? undefined : await this.#victim(tx, recipient, from, left);
-      if (victim !== undefined) {
-        this.deadLetter(tx, victim, 'evicted', now);
-        const h = holdings.get(from!)!;
+      const full = this.#rules.fullQueue(victim !== undefined, priority, quiet);
+      if (full === 'refuse') return DeliveryState.deadLetter;
+      if (full === 'overrun') tx.raise(recipient, 'critical_overrun', messageId, 0, now);
+      if (full === 'evict') {
+        this.deadLetter(tx, victim!, 'evicted', now);
+        const h = holdings!.get(from!)!;
         h.open--;
         h.evictable--;
-      } else if (priority === 0) {
-        return DeliveryState.deadLetter;
-      } else if (!quiet) {
-        tx.raise(recipient, 'critical_overrun', messageId, 0, now);
       }
     }
     // the new copy, counted in the holdings read in this transaction
@@ -90,23 +90,6 @@ export class PgDeliveries {
       held.set(key, h);
     }
     return DeliveryState.pending;
-  }
-
-  async #admitCritical(
-    tx: Tx,
-    recipient: string,
-    sender: string | undefined,
-    total: number,
-  ): Promise<boolean> {
-    const { criticalCapacity, agents } = this.#cfg;
-    let verdict = admitCritical(sender, { total }, criticalCapacity, agents);
-    if (verdict === 'needs-counts') {
-      const holdings = await this.#holdings(tx, recipient);
-      const of = (s: string) => holdings.get(s)?.critical ?? 0;
-      const counts = { total, sender: of(sender!), adapter: of(ADAPTER_SENDER) };
-      verdict = admitCritical(sender, counts, criticalCapacity, agents);
-    }
-    return verdict === 'admit';
   }
 
   /** This transaction's holdings and victims (kept per transaction, dropped by #drop). */
@@ -196,7 +179,7 @@ export class PgDeliveries {
   /**
    * Up to `max` deliveries of an agent that may be handed out now, in hand-out order, with
    * their messages: each ready lane (critical lanes first, then by head) served from its head
-   * up to the first delivery that is leased or waiting for its retry (sqlite-deliveries.ts
+   * up to the first delivery that is leased or waiting for its retry (sqlite/sqlite-deliveries.ts
    * ready). `prefetched`: these rows, read in the group's first round trip.
    */
   async ready(
@@ -213,7 +196,7 @@ export class PgDeliveries {
   /** Leases these deliveries (read under their agent's lock) until now + leaseMs; attempts. */
   lease(tx: Tx, rows: readonly { id: number; attempt: number }[], now: number): number[] {
     if (rows.length === 0) return [];
-    const expires = now + this.#cfg.leaseMs;
+    const expires = now + this.#rules.leaseMs;
     const ids = rows.map((r) => r.id);
     tx.write('lease', [expires, ids]);
     this.#drop(tx);
@@ -227,29 +210,20 @@ export class PgDeliveries {
     });
   }
 
+  /** Acks (the rule: rules/deliveries.ts sortAcks), written in one statement. */
   async ack(tx: Tx, agent: string, ids: readonly number[]): Promise<OpResults['ack']> {
-    const out: OpResults['ack'] = { acked: [], dead: [], unknown: [] };
     this.#drop(tx, agent);
-    const rows = await this.#own(tx, agent, ids);
-    const toAck: number[] = [];
-    rows.forEach((r, i) => {
-      const id = ids[i]!;
-      if (r === undefined) out.unknown.push(id);
-      else if (r.state === DeliveryState.deadLetter) out.dead.push(id);
-      else {
-        if (r.state !== DeliveryState.acked && !toAck.includes(id)) {
-          toAck.push(id);
-          tx.bump(agent, -1, -r.priority);
-          this.#stats.acked++;
-        }
-        out.acked.push(id);
-      }
-    });
-    if (toAck.length > 0) tx.write('ackAll', [toAck]);
-    for (const id of toAck) tx.changed(id, { state: DeliveryState.acked, lease_expires_at: null });
-    return out;
+    const { answer, toAck } = this.#rules.sortAcks(ids, await this.#own(tx, agent, ids));
+    for (const r of toAck) {
+      tx.bump(agent, -1, -r.priority);
+      this.#stats.acked++;
+    }
+    if (toAck.length > 0) tx.write('ackAll', [toAck.map((r) => r.id)]);
+    for (const r of toAck) tx.changed(r.id, { state: DeliveryState.acked, lease_expires_at: null });
+    return answer;
   }
 
+  /** Nacks (the rule: rules/deliveries.ts sortNacks); the retries written in one statement. */
   async nack(
     tx: Tx,
     agent: string,
@@ -258,24 +232,15 @@ export class PgDeliveries {
     retry = true,
     reason: string | null = null,
   ): Promise<OpResults['nack']> {
-    const out: OpResults['nack'] = { nacked: [], ignored: [], unknown: [] };
     this.#drop(tx, agent);
-    const rows = await this.#own(tx, agent, ids);
+    const { answer, toNack } = this.#rules.sortNacks(ids, await this.#own(tx, agent, ids));
     const retries: [number, number][] = [];
-    const done = new Set<number>();
-    for (const [i, r] of rows.entries()) {
-      const id = ids[i]!;
-      if (r === undefined) out.unknown.push(id);
-      else if (r.state !== DeliveryState.leased || done.has(id)) out.ignored.push(id);
-      else {
-        done.add(id);
-        if (retry) this.failAttempt(tx, r, 'nacked', now, retries);
-        else this.deadLetter(tx, r, 'rejected', now, reason);
-        out.nacked.push(id);
-      }
+    for (const r of toNack) {
+      if (retry) this.failAttempt(tx, r, 'nacked', now, retries);
+      else this.deadLetter(tx, r, 'rejected', now, reason);
     }
     this.retryLater(tx, retries);
-    return out;
+    return answer;
   }
 
   async extend(
@@ -286,20 +251,11 @@ export class PgDeliveries {
     now: number,
   ): Promise<OpResults['extend']> {
     const rows = await this.#own(tx, agent, ids);
-    const leased = (r: DeliveryRow | undefined) =>
-      r?.state === DeliveryState.leased && (r.lease_expires_at ?? 0) > now;
-    const gone = ids.find((_, i) => !leased(rows[i]));
-    if (gone !== undefined) {
-      throw new GatewayError('not_leased', `delivery ${gone} is not leased to ${agent} any more`, {
-        field: 'delivery_ids',
-      });
-    }
-    const expires = now + extendMs;
+    const { expires, answer } = this.#rules.extension(agent, ids, rows, extendMs, now);
     if (ids.length > 0) tx.write('extendLeases', [expires, ids]);
     for (const id of ids) tx.changed(id, { lease_expires_at: expires });
     tx.fx.timingChanged = true;
-    const at = new Date(expires).toISOString();
-    return ids.map((id) => ({ delivery_id: id, lease_expires_at: at }));
+    return answer;
   }
 
   /** A delivery whose message failed its checksum: to the dead letters (`integrity`). */
@@ -321,13 +277,12 @@ export class PgDeliveries {
     now: number,
     retries: [number, number][],
   ): void {
-    if (r.attempt >= 1 + this.#cfg.maxRetries) {
+    const at = this.#rules.retryAt(r.attempt, now);
+    if (at === 'dead') {
       this.deadLetter(tx, r, reason, now);
       return;
     }
-    const jitter = 0.75 + 0.5 * this.#cfg.random();
-    const wait = Math.round(this.#cfg.retryBaseMs * 2 ** (r.attempt - 1) * jitter);
-    retries.push([r.id, now + wait]);
+    retries.push([r.id, at]);
     tx.fx.timingChanged = true;
   }
 
@@ -373,14 +328,10 @@ export class PgDeliveries {
     }
   }
 
-  /**
-   * The agent's own deliveries of these ids; another agent's is undefined, as an unknown id is
-   * (a 403 told any agent which ids other agents held), so nothing of
-   * it is written.
-   */
+  /** The agent's own deliveries of these ids (rules/deliveries.ts ownRows), read at once. */
   async #own(tx: Tx, agent: string, ids: readonly number[]): Promise<(DeliveryRow | undefined)[]> {
     if (ids.length === 0) return [];
     const found = await tx.deliveries(ids);
-    return found.map((r) => (r?.recipient === agent ? r : undefined));
+    return this.#rules.own(agent, ids, (_, i) => found[i]);
   }
 }

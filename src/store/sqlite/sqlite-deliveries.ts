@@ -5,35 +5,26 @@
  * letter or alert are written together or not at all.
  */
 import type Database from 'better-sqlite3';
-import { ADAPTER_KIND_PREFIX, ADAPTER_SENDER } from '../protocol/envelope.js';
-import { GatewayError } from '../protocol/errors.js';
-import type { CommitEffectsLog } from './commit-effects.js';
-import { admitCritical, evictionSender, type Holding } from './queue-shares.js';
-import { SQL } from './sql.js';
-import type { Alerts } from './sqlite-alerts.js';
+import { ADAPTER_KIND_PREFIX } from '../../protocol/envelope.js';
+import type { CommitEffectsLog } from '../rules/commit-effects.js';
+import { type DeliveryRow, DeliveryRules, type DeliverySettings } from '../rules/deliveries.js';
+import type { Holding } from '../rules/queue-shares.js';
 import {
   type DeadLetterReason,
-  type DeliveryConfig,
   DeliveryState,
   type DeliveryStats,
   type OpResults,
-} from './store.js';
+} from '../store.js';
+import { SQL } from './sql.js';
+import type { Alerts } from './sqlite-alerts.js';
 
-interface Row {
-  id: number;
-  message: number;
-  recipient: string;
-  state: DeliveryState;
-  attempt: number;
-  priority: number;
-  lease_expires_at?: number | null;
-}
+type Row = DeliveryRow;
 
 /** Expired leases handled per statement in a sweep. */
 const SWEEP_CHUNK = 500;
 
 export class Deliveries {
-  readonly #cfg: Required<DeliveryConfig>;
+  readonly #rules: DeliveryRules;
   readonly #alerts: Alerts;
   readonly #fx: CommitEffectsLog;
   readonly #stats: DeliveryStats;
@@ -43,12 +34,12 @@ export class Deliveries {
 
   constructor(
     db: Database.Database,
-    cfg: Required<DeliveryConfig>,
+    cfg: DeliverySettings,
     alerts: Alerts,
     fx: CommitEffectsLog,
     stats: DeliveryStats,
   ) {
-    this.#cfg = cfg;
+    this.#rules = new DeliveryRules(cfg);
     this.#alerts = alerts;
     this.#fx = fx;
     this.#stats = stats;
@@ -88,7 +79,7 @@ export class Deliveries {
   }
 
   get leaseMs(): number {
-    return this.#cfg.leaseMs;
+    return this.#rules.leaseMs;
   }
 
   /**
@@ -111,25 +102,17 @@ export class Deliveries {
     quiet = false,
   ): number {
     const depth = this.depth(recipient);
-    // Critical copies are never evicted: this bound is all that keeps a flood of them from
-    // growing a queue without end, and each sender's share of it keeps one sender's flood from
-    // taking the room of the others (and of the adapter's alerts, which have their own).
-    if (priority !== 0 && !this.#admitCritical(recipient, sender, depth.critical)) {
-      return this.#refuse(message, recipient, channel, priority, now);
-    }
-    if (depth.all >= this.#cfg.capacity) {
-      const holdings = this.#s.holdings.all(recipient);
-      const from = evictionSender(holdings, sender ?? '');
+    const needs = this.#rules.needsHoldings(depth, priority, sender);
+    const held = needs ? this.#holdings(recipient) : [];
+    const plan = this.#rules.admission(depth, priority, sender, held);
+    if (plan === 'refuse') return this.#refuse(message, recipient, channel, priority, now);
+    if (plan !== 'admit') {
+      const from = plan.evictFrom;
       const victim = from === undefined ? undefined : this.#s.oldestNormalOf.get(recipient, from);
-      if (victim !== undefined) {
-        this.#deadLetter(victim, 'evicted', now);
-      } else if (priority === 0) {
-        return this.#refuse(message, recipient, channel, priority, now);
-      } else if (!quiet) {
-        // (quiet: the adapter's own alerts overrunning alerts_to's queue raise no alert of
-        // their own, or one overrun would feed the next)
-        this.#alerts.raise(recipient, 'critical_overrun', messageId, 0, now);
-      }
+      const full = this.#rules.fullQueue(victim !== undefined, priority, quiet);
+      if (full === 'refuse') return this.#refuse(message, recipient, channel, priority, now);
+      if (full === 'evict') this.#deadLetter(victim!, 'evicted', now);
+      if (full === 'overrun') this.#alerts.raise(recipient, 'critical_overrun', messageId, 0, now);
     }
     const pending = DeliveryState.pending;
     const { id } = this.#s.insert.get(message, recipient, channel, priority, pending, now)!;
@@ -137,6 +120,10 @@ export class Deliveries {
     this.#fx.woken.add(recipient);
     this.#stats.enqueued++;
     return id;
+  }
+
+  #holdings(recipient: string): Holding[] {
+    return this.#s.holdings.all(recipient);
   }
 
   /**
@@ -158,21 +145,9 @@ export class Deliveries {
     return out;
   }
 
-  #admitCritical(recipient: string, sender: string | undefined, total: number): boolean {
-    const { criticalCapacity, agents } = this.#cfg;
-    let verdict = admitCritical(sender, { total }, criticalCapacity, agents);
-    if (verdict === 'needs-counts') {
-      const holdings = this.#s.holdings.all(recipient);
-      const of = (s: string) => holdings.find((h) => h.sender === s)?.critical ?? 0;
-      const counts = { total, sender: of(sender!), adapter: of(ADAPTER_SENDER) };
-      verdict = admitCritical(sender, counts, criticalCapacity, agents);
-    }
-    return verdict === 'admit';
-  }
-
   /** Leases these deliveries until now + leaseMs; returns each one's attempt number. */
   lease(ids: readonly number[], now: number): number[] {
-    const expires = now + this.#cfg.leaseMs;
+    const expires = now + this.#rules.leaseMs;
     return ids.map((id) => {
       const { attempt } = this.#s.lease.get(expires, id)!;
       this.#fx.timingChanged = true;
@@ -182,33 +157,21 @@ export class Deliveries {
     });
   }
 
-  /**
-   * Acks: done with these. An ack after the lease expired is still taken while the delivery
-   * waits for its retry (the work was done; the retry would only repeat it). Another agent's
-   * delivery is `unknown`, as an id that names none (#own).
-   */
+  /** Acks: done with these (the rule: rules/deliveries.ts sortAcks). */
   ack(agent: string, ids: readonly number[]): OpResults['ack'] {
-    const out: OpResults['ack'] = { acked: [], dead: [], unknown: [] };
-    this.#own(agent, ids).forEach((r, i) => {
-      const id = ids[i]!;
-      if (r === undefined) out.unknown.push(id);
-      else if (r.state === DeliveryState.deadLetter) out.dead.push(id);
-      else {
-        if (r.state !== DeliveryState.acked) {
-          this.#s.setState.run(DeliveryState.acked, id);
-          this.#bump(agent, -1, -r.priority);
-          this.#stats.acked++;
-        }
-        out.acked.push(id);
-      }
-    });
-    return out;
+    const { answer, toAck } = this.#rules.sortAcks(ids, this.#own(agent, ids));
+    for (const r of toAck) {
+      this.#s.setState.run(DeliveryState.acked, r.id);
+      this.#bump(agent, -1, -r.priority);
+      this.#stats.acked++;
+    }
+    return answer;
   }
 
   /**
    * Nacks: a failed attempt now, retried after its backoff or dead-lettered. With `retry`
    * false the agent says it can never handle them: dead-lettered at once (`rejected`), its
-   * reason kept as the dead letter's note.
+   * reason kept as the dead letter's note (the rule: rules/deliveries.ts sortNacks).
    */
   nack(
     agent: string,
@@ -217,18 +180,12 @@ export class Deliveries {
     retry = true,
     reason: string | null = null,
   ): OpResults['nack'] {
-    const out: OpResults['nack'] = { nacked: [], ignored: [], unknown: [] };
-    this.#own(agent, ids).forEach((r, i) => {
-      const id = ids[i]!;
-      if (r === undefined) out.unknown.push(id);
-      else if (r.state !== DeliveryState.leased) out.ignored.push(id);
-      else {
-        if (retry) this.#failAttempt(r, 'nacked', now);
-        else this.#deadLetter(r, 'rejected', now, reason);
-        out.nacked.push(id);
-      }
-    });
-    return out;
+    const { answer, toNack } = this.#rules.sortNacks(ids, this.#own(agent, ids));
+    for (const r of toNack) {
+      if (retry) this.#failAttempt(r, 'nacked', now);
+      else this.#deadLetter(r, 'rejected', now, reason);
+    }
+    return answer;
   }
 
   /**
@@ -242,20 +199,16 @@ export class Deliveries {
     extendMs: number,
     now: number,
   ): OpResults['extend'] {
-    const rows = this.#own(agent, ids);
-    const leased = (r: Row | undefined) =>
-      r?.state === DeliveryState.leased && (r.lease_expires_at ?? 0) > now;
-    const gone = ids.find((_, i) => !leased(rows[i]));
-    if (gone !== undefined) {
-      throw new GatewayError('not_leased', `delivery ${gone} is not leased to ${agent} any more`, {
-        field: 'delivery_ids',
-      });
-    }
-    const expires = now + extendMs;
+    const { expires, answer } = this.#rules.extension(
+      agent,
+      ids,
+      this.#own(agent, ids),
+      extendMs,
+      now,
+    );
     for (const id of ids) this.#s.extend.run(expires, id);
     this.#fx.timingChanged = true;
-    const at = new Date(expires).toISOString();
-    return ids.map((id) => ({ delivery_id: id, lease_expires_at: at }));
+    return answer;
   }
 
   /**
@@ -285,27 +238,18 @@ export class Deliveries {
     return times.length === 0 ? undefined : Math.min(...times);
   }
 
-  /**
-   * The agent's own deliveries of these ids; another agent's is undefined, as an unknown id is.
-   * A 403 for it told any agent which ids other agents held; now it is
-   * `unknown` in an ack or nack, `not_leased` in an extension, and nothing of it changes.
-   */
+  /** The agent's own deliveries of these ids (rules/deliveries.ts ownRows). */
   #own(agent: string, ids: readonly number[]): (Row | undefined)[] {
-    return ids.map((id) => {
-      const r = this.#s.delivery.get(id);
-      return r?.recipient === agent ? r : undefined;
-    });
+    return this.#rules.own(agent, ids, (id) => this.#s.delivery.get(id));
   }
 
   #failAttempt(r: Row, reason: 'lease_expired' | 'nacked', now: number): void {
-    if (r.attempt >= 1 + this.#cfg.maxRetries) {
+    const at = this.#rules.retryAt(r.attempt, now);
+    if (at === 'dead') {
       this.#deadLetter(r, reason, now);
       return;
     }
-    // base × 2^(attempt−1) with ±25% jitter: ~1 s, 2 s, 4 s at the defaults
-    const jitter = 0.75 + 0.5 * this.#cfg.random();
-    const wait = Math.round(this.#cfg.retryBaseMs * 2 ** (r.attempt - 1) * jitter);
-    this.#s.retryLater.run(now + wait, r.id);
+    this.#s.retryLater.run(at, r.id);
     this.#fx.timingChanged = true;
   }
 

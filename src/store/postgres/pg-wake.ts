@@ -7,8 +7,8 @@
  * the adapter's safety poll (safetyPollMs) covers the gap meanwhile.
  */
 import pg from 'pg';
+import type { ForeignEffects } from '../store.js';
 import { WAKE_CHANNEL } from './pg-sql.js';
-import type { ForeignEffects } from './store.js';
 
 /** ForeignEffects, and "wake every parked poll" when a notice was too long or missed. */
 export type PgForeignEffects = ForeignEffects & { readonly everyone?: boolean };

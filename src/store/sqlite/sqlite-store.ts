@@ -1,36 +1,43 @@
-/**
- * The SQLite store: WAL, statements prepared once, numbered migrations (sql.ts). A group of
- * operations runs in one transaction (commit); messages with their idempotency keys, sequences
- * and checksums are kept here, the per-recipient deliveries in sqlite-deliveries.ts, alert
- * aggregation in sqlite-alerts.ts.
- */
-import { crc32 } from 'node:zlib';
 import type Database from 'better-sqlite3';
-import { ADAPTER_SENDER } from '../protocol/envelope.js';
-import { GatewayError, isGatewayError } from '../protocol/errors.js';
-import { uuidv7, uuidv7Time } from '../protocol/ids.js';
-import { deadLetterJson, deliveryJson } from '../protocol/wire.js';
-import type { DueAlert } from './alert-rows.js';
-import { CommitEffectsLog } from './commit-effects.js';
-import { DELIVERY_FIELDS_BYTES, fitting } from './page-bytes.js';
-import { quickCheck } from './quick-check.js';
-import { MIGRATIONS, SQL } from './sql.js';
-import { Alerts } from './sqlite-alerts.js';
-import { Deliveries } from './sqlite-deliveries.js';
-import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
-import { Threads } from './sqlite-threads.js';
-import { messageSize, StorageBudget } from './storage-budget.js';
+import { ADAPTER_SENDER } from '../../protocol/envelope.js';
+import { GatewayError, isGatewayError } from '../../protocol/errors.js';
+import { uuidv7, uuidv7Time } from '../../protocol/ids.js';
+import { deliveryJson } from '../../protocol/wire.js';
+import type { DueAlert } from '../rules/alert-rows.js';
+import { CommitEffectsLog } from '../rules/commit-effects.js';
+import { CorruptRows } from '../rules/corrupt-rows.js';
+import { deliveryConfig, newStats, statsCopy } from '../rules/deliveries.js';
+import { DELIVERY_FIELDS_BYTES, fitting } from '../rules/page-bytes.js';
+import {
+  agentState,
+  deadLetterView,
+  deliveryStates,
+  messageStatusOf,
+  threadPage,
+} from '../rules/read-views.js';
+import { draftSize } from '../rules/storage.js';
+import {
+  alertDraft,
+  type BodyRow,
+  type ChannelRow,
+  type DeadLetterRow,
+  type DeadRow,
+  type KeyRow,
+  newMessage,
+  type RecipientRow,
+  rejected,
+  repeatOutcome,
+} from '../rules/stored-message.js';
+import { type ThreadRow, withThreadFields } from '../rules/thread-rows.js';
 import {
   type AgentState,
   type AppendOutcome,
   type Committed,
   DEFAULT_BUDGETS,
-  DEFAULT_DELIVERY,
   DEFAULT_STORAGE,
   type DeliveryConfig,
   type DeliveryJson,
   type DeliveryState,
-  type DeliveryStateName,
   type DeliveryStats,
   type ForeignEffects,
   type MessageDraft,
@@ -44,41 +51,16 @@ import {
   type StoreOp,
   type ThreadBudgets,
   type ThreadPage,
-} from './store.js';
-import {
-  assignment,
-  type BodyRow,
-  type ChannelRow,
-  type DeadRow,
-  HEAD_BYTES,
-  messageJson,
-  type RecipientRow,
-  rejected,
-  STATE_NAME,
-} from './stored-message.js';
-import { type ThreadRow, withThreadFields } from './thread-rows.js';
+} from '../store.js';
+import { quickCheck } from './quick-check.js';
+import { MIGRATIONS, SQL } from './sql.js';
+import { Alerts } from './sqlite-alerts.js';
+import { Deliveries } from './sqlite-deliveries.js';
+import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
+import { Threads } from './sqlite-threads.js';
+import { StorageBudget } from './storage-budget.js';
 
 export type { SyncMode } from './sqlite-file.js';
-
-interface KeyRow {
-  message_id: string;
-  channel: string;
-  seq: number;
-  received_at: number;
-  fingerprint: Buffer;
-  thread_id: string;
-  hop: number;
-}
-
-interface DeadOne {
-  id: number;
-  channel: string;
-  message: number;
-  recipient: string;
-  replay_delivery: number | null;
-  priority: number;
-  message_id: string;
-}
 
 /** Operations that may write a message: their groups commit with AGW_SYNC (FULL by default). */
 const WRITES_MESSAGES: ReadonlySet<StoreOp['op']> = new Set([
@@ -99,30 +81,9 @@ export interface SqliteStoreOptions {
 }
 
 export class SqliteStore implements Store {
-  readonly stats: DeliveryStats = {
-    enqueued: 0,
-    handedOut: 0,
-    redelivered: 0,
-    acked: 0,
-    deadLetters: {
-      lease_expired: 0,
-      nacked: 0,
-      rejected: 0,
-      evicted: 0,
-      queue_full: 0,
-      integrity: 0,
-    },
-    alerts: 0,
-  };
-  /**
-   * Message rows known to fail their checksum (found by any read since open): never served,
-   * and left out of replay windows. A few at most; found again after a restart.
-   */
-  readonly #corrupt = new Set<number>();
-  /** #corrupt as the JSON array the SQL takes. */
-  #corruptJson = '[]';
-  /** Of those, the ones a read found that no alert has told yet (the next lease or sweep does). */
-  readonly #unreported = new Set<number>();
+  readonly stats: DeliveryStats = newStats();
+  /** Message rows known to fail their checksum (found by any read since open). */
+  readonly #corrupt = new CorruptRows();
   readonly #db: Database.Database;
   readonly #file: string;
   readonly #alertsTo: string;
@@ -149,13 +110,7 @@ export class SqliteStore implements Store {
       migrations: MIGRATIONS,
       program: 'adapter',
     });
-    const cfg: Required<DeliveryConfig> = {
-      ...DEFAULT_DELIVERY,
-      alertWindowMs: 30_000,
-      random: Math.random,
-      alertsTo: '',
-      ...opts.delivery,
-    };
+    const cfg = deliveryConfig(opts.delivery);
     this.#alertsTo = cfg.alertsTo;
     this.#alerts = new Alerts(this.#db, cfg.alertWindowMs, this.#fx, this.stats);
     this.#deliveries = new Deliveries(this.#db, cfg, this.#alerts, this.#fx, this.stats);
@@ -182,7 +137,7 @@ export class SqliteStore implements Store {
       deadLetters: p<DeadRow>(SQL.deadLetters),
       messageById: p<BodyRow & { sender: string }>(SQL.messageById),
       recipients: p<RecipientRow>(SQL.recipients),
-      deadLetter: p<DeadOne>(SQL.deadLetter),
+      deadLetter: p<DeadLetterRow>(SQL.deadLetter),
       markReplayed: p(SQL.markReplayed),
       prunable: p<{ id: number; sender: string; size: number }>(SQL.prunable),
       pruneDead: p(SQL.pruneDeadLetters),
@@ -201,7 +156,7 @@ export class SqliteStore implements Store {
   async commit(ops: readonly StoreOp[]): Promise<Committed> {
     this.#fx.clear();
     this.#holdsMessage = false;
-    const counted = { ...this.stats, deadLetters: { ...this.stats.deadLetters } };
+    const counted = statsCopy(this.stats);
     try {
       const synced = ops.some((op) => WRITES_MESSAGES.has(op.op));
       this.#useSync(synced ? this.#messageSync : 'normal');
@@ -288,20 +243,7 @@ export class SqliteStore implements Store {
 
   #append(d: MessageDraft): AppendOutcome {
     const prior = this.#s.findByKey.get(d.sender, d.idempotencyKey);
-    if (prior !== undefined) {
-      if (!prior.fingerprint.equals(d.fingerprint)) {
-        return rejected(
-          new GatewayError(
-            'idempotency_conflict',
-            `idempotency_key ${d.idempotencyKey} was already used for a different message (${prior.message_id})`,
-            { field: 'idempotency_key' },
-          ),
-        );
-      }
-      const { message_id, channel, seq, received_at, thread_id, hop } = prior;
-      const a = assignment(message_id, channel, seq, received_at, d, thread_id, hop);
-      return { status: 200, assignment: a };
-    }
+    if (prior !== undefined) return repeatOutcome(prior, d);
     // Its thread and hop, and the thread's budgets (sqlite-threads.ts): after the key, so a
     // repeat is a duplicate whatever the budgets say now; before the storage bound and the
     // sequence, so a refusal takes no number and stores nothing.
@@ -310,11 +252,7 @@ export class SqliteStore implements Store {
     // A storage bound refuses an agent's message before it takes a number (storage-budget.ts);
     // the adapter's own alerts always pass: small, a few a minute, and they tell of the trouble.
     if (d.sender !== ADAPTER_SENDER) {
-      const estimate = messageSize(
-        Buffer.byteLength(d.payloadJson) + HEAD_BYTES,
-        d.recipients.length,
-      );
-      const refused = this.#budget.admit(d.sender, estimate);
+      const refused = this.#budget.admit(d.sender, draftSize(d));
       if (refused !== undefined) {
         this.#alerts.raise(d.sender, 'storage_full', undefined, 0, d.receivedAt);
         return rejected(refused);
@@ -323,44 +261,17 @@ export class SqliteStore implements Store {
     const seq = this.#s.nextSeq.get(d.channel);
     if (seq === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
     this.#holdsMessage = true;
-    const id = uuidv7(d.receivedAt);
-    const a = assignment(id, d.channel, seq, d.receivedAt, d, placed.threadId ?? id, placed.hop);
-    const body = messageJson(a, d, placed);
-    const size = messageSize(Buffer.byteLength(body), d.recipients.length);
-    const priority = d.priority === 'critical' ? 1 : 0;
-    const { lastInsertRowid } = this.#s.insertMessage.run(
-      a.message_id,
-      d.channel,
-      seq,
-      d.sender,
-      d.idempotencyKey,
-      d.fingerprint,
-      d.kind,
-      priority,
-      d.receivedAt,
-      body,
-      crc32(body),
-      size,
-      placed.threadId,
-      placed.hop,
-    );
+    const m = newMessage(uuidv7(d.receivedAt), seq, d, placed);
+    const { lastInsertRowid } = this.#s.insertMessage.run(...m.row);
     this.#threads.record(placed, d.receivedAt);
-    this.#budget.add(d.sender, size);
+    this.#budget.add(d.sender, m.size);
     const row = Number(lastInsertRowid);
     const quiet = d.sender === ADAPTER_SENDER;
+    const id = m.assignment.message_id;
     for (const r of d.recipients) {
-      this.#deliveries.enqueue(
-        row,
-        a.message_id,
-        r,
-        d.channel,
-        priority,
-        d.receivedAt,
-        d.sender,
-        quiet,
-      );
+      this.#deliveries.enqueue(row, id, r, d.channel, m.priority, d.receivedAt, d.sender, quiet);
     }
-    return { status: 201, assignment: a };
+    return { status: 201, assignment: m.assignment };
   }
 
   /**
@@ -376,18 +287,7 @@ export class SqliteStore implements Store {
   }
 
   #writeAlert(a: DueAlert): void {
-    this.#append({
-      sender: ADAPTER_SENDER,
-      idempotencyKey: uuidv7(a.at),
-      fingerprint: Buffer.alloc(32),
-      channel: `@${this.#alertsTo}`,
-      kind: a.kind,
-      priority: 'critical',
-      replyTo: null,
-      payloadJson: JSON.stringify(a.payload),
-      receivedAt: a.at,
-      recipients: [this.#alertsTo],
-    });
+    this.#append(alertDraft(a, this.#alertsTo));
     const { at: _at, ...sent } = a;
     this.#fx.alerts.push(sent);
   }
@@ -448,12 +348,11 @@ export class SqliteStore implements Store {
    * was lost with a rolled-back group is still never served; a restart finds it again.)
    */
   #reportFinds(now: number): void {
-    if (this.#unreported.size === 0) return;
-    for (const id of this.#unreported) {
+    if (this.#corrupt.unreported.size === 0) return;
+    for (const id of this.#corrupt.takeUnreported()) {
       const m = this.#s.messageWhere.get(id);
       if (m !== undefined) this.#alerts.raise(m.channel, 'checksum_mismatch', m.message_id, 0, now);
     }
-    this.#unreported.clear();
   }
 
   #replayDeadLetter(id: number, now: number): OpResults['replay_dead_letter'] {
@@ -530,7 +429,7 @@ export class SqliteStore implements Store {
       },
       maxBytes,
     );
-    return { messages, nextAfter: messages.length === 0 ? null : ids[messages.length - 1]! };
+    return threadPage(messages, ids);
   }
 
   /** Up to `limit` messages of a thread that pass their checksum; one that fails is skipped. */
@@ -557,7 +456,7 @@ export class SqliteStore implements Store {
       const rows =
         this.#corrupt.size === 0
           ? this.#s.channelMessages.iterate(channel, after, want)
-          : this.#s.channelMessagesIntact.iterate(channel, after, this.#corruptJson, want);
+          : this.#s.channelMessagesIntact.iterate(channel, after, this.#corruptJson(), want);
       let seen = 0;
       for (const r of rows) {
         seen++;
@@ -570,19 +469,12 @@ export class SqliteStore implements Store {
     }
   }
 
-  async pageDeliveries(
-    reader: string,
-    channel: string,
-    afterSeq: number,
-    limit: number,
-  ): Promise<Record<string, DeliveryStateName>> {
-    const out: Record<string, DeliveryStateName> = {};
+  async pageDeliveries(reader: string, channel: string, afterSeq: number, limit: number) {
     const rows =
       this.#corrupt.size === 0
         ? this.#s.pageDeliveries.all(channel, afterSeq, limit, reader)
-        : this.#s.pageDeliveriesIntact.all(channel, afterSeq, this.#corruptJson, limit, reader);
-    for (const r of rows) out[r.message_id] = STATE_NAME[r.state];
-    return out;
+        : this.#s.pageDeliveriesIntact.all(channel, afterSeq, this.#corruptJson(), limit, reader);
+    return deliveryStates(rows);
   }
 
   async messageStatus(messageId: string): Promise<MessageStatus | undefined> {
@@ -590,55 +482,17 @@ export class SqliteStore implements Store {
     const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
     if (m === undefined) return undefined;
     // a corrupt message: its recipients' states are still told, never its bytes
-    const message = this.#intact(m, true) ? withThreadFields(m.body) : 'null';
-    // a replayed dead letter has a newer delivery: each recipient's latest one tells
-    const latest = new Map<string, RecipientRow>();
-    for (const r of this.#s.recipients.all(m.id)) latest.set(r.recipient, r);
-    const recipients = [...latest.values()].map((r) => ({
-      agent: r.recipient,
-      state: STATE_NAME[r.state as DeliveryState],
-      attempts: r.attempt,
-      reason: r.reason,
-      ...(r.note === null ? {} : { note: r.note }),
-    }));
-    return { message, sender: m.sender, recipients };
+    return messageStatusOf(m, this.#s.recipients.all(m.id), (r) => this.#intact(r, true));
   }
 
   async deadLetters(after: number, limit: number, maxBytes = Infinity): Promise<string[]> {
     const rows = this.#s.deadLetters.iterate(after, limit);
-    return fitting(rows, (r) => this.#deadLetterJson(r), maxBytes);
-  }
-
-  #deadLetterJson(r: DeadRow): string {
-    return deadLetterJson(
-      {
-        id: r.id,
-        reason: r.reason,
-        attempts: r.attempts,
-        recipient: r.recipient,
-        deadLetteredAt: r.created_at,
-        replayDeliveryId: r.replay_delivery,
-        note: r.note,
-      },
-      // an integrity dead letter's message is the corrupt row: named by the alert, never served
-      this.#intact({ id: r.message, body: r.body, checksum: r.checksum }, true)
-        ? withThreadFields(r.body)
-        : 'null',
-    );
+    return fitting(rows, (r) => deadLetterView(r, (b) => this.#intact(b, true)), maxBytes);
   }
 
   async agents(ids: Iterable<string>): Promise<AgentState[]> {
     const seen = new Map(this.#s.agents.all().map((r) => [r.id, r.last_seen]));
-    return [...ids].map((id) => {
-      const d = this.#deliveries.depth(id);
-      const at = seen.get(id);
-      return {
-        id,
-        last_seen: at === undefined || at === null ? null : new Date(at).toISOString(),
-        queue_depth: d.all,
-        critical_depth: d.critical,
-      };
-    });
+    return [...ids].map((id) => agentState(id, seen.get(id), this.#deliveries.depth(id)));
   }
 
   async depth(agent: string): Promise<{ all: number; critical: number }> {
@@ -651,7 +505,7 @@ export class SqliteStore implements Store {
 
   async nextDue(now: number): Promise<number | undefined> {
     // a corrupt row a read found is told by the next sweep: due now
-    const finds = this.#unreported.size > 0 ? now : undefined;
+    const finds = this.#corrupt.unreported.size > 0 ? now : undefined;
     const times = [this.#deliveries.nextDue(now), this.#alerts.nextDue(), finds].filter(
       (t): t is number => t !== undefined,
     );
@@ -699,19 +553,14 @@ export class SqliteStore implements Store {
     this.#db.close();
   }
 
-  /**
-   * Whether a stored message passes its checksum. One that fails is remembered (#corrupt), so
-   * replay windows leave it out; with `report`, a read that hands nothing out found it, and the
-   * next lease or sweep raises its alert (a lease that meets one dead-letters it instead).
-   */
+  /** Whether a stored message passes its checksum (rules/corrupt-rows.ts). */
   #intact(r: BodyRow, report: boolean): boolean {
-    if (crc32(r.body) === r.checksum) return true;
-    if (!this.#corrupt.has(r.id)) {
-      this.#corrupt.add(r.id);
-      this.#corruptJson = JSON.stringify([...this.#corrupt]);
-      if (report) this.#unreported.add(r.id);
-    }
-    return false;
+    return this.#corrupt.intact(r, report);
+  }
+
+  /** The known corrupt rows as the JSON array the SQL takes. */
+  #corruptJson(): string {
+    return JSON.stringify(this.#corrupt.ids);
   }
 }
 

@@ -1,27 +1,28 @@
 /**
- * Threads and their budgets on PostgreSQL: the rules of sqlite-threads.ts, with the count of a
+ * Threads and their budgets on PostgreSQL: the rules of rules/thread-rows.ts, with the count of a
  * thread read and written under that thread's lock (pg_advisory_xact_lock on its id), so that
  * replies committed by several replicas at once cannot pass its budget together. The message a
  * reply names is immutable, so its thread is resolved before any lock is taken and the group
  * locks its threads sorted, after its channels and agents.
  */
 import type pg from 'pg';
-import { GatewayError } from '../protocol/errors.js';
-import { uuidv7Time } from '../protocol/ids.js';
+import { GatewayError } from '../../protocol/errors.js';
+import { uuidv7Time } from '../../protocol/ids.js';
+import {
+  type Placement,
+  ReplyRules,
+  type TargetRow,
+  type ThreadRow,
+} from '../rules/thread-rows.js';
+import type { BudgetReason, MessageDraft, ThreadBudgets } from '../store.js';
 import { PG_SQL } from './pg-sql.js';
-import type { TargetRow, Tx } from './pg-tx.js';
-import type { BudgetReason, MessageDraft, ThreadBudgets } from './store.js';
-import type { Placement, ThreadRow } from './thread-rows.js';
-
-const ROOT: Placement = { threadId: null, hop: 0, replyTo: null, count: 0 };
+import type { Tx } from './pg-tx.js';
 
 export class PgThreads {
-  readonly #budgets: ThreadBudgets;
-  readonly #alertsTo: string;
+  readonly #rules: ReplyRules;
 
   constructor(budgets: ThreadBudgets, alertsTo: string) {
-    this.#budgets = budgets;
-    this.#alertsTo = alertsTo;
+    this.#rules = new ReplyRules(budgets, alertsTo);
   }
 
   /**
@@ -74,37 +75,20 @@ export class PgThreads {
     return t;
   }
 
-  /** As sqlite-threads.ts place(): the thread and hop of a new message, or its refusal. */
+  /** The thread and hop of a new message, or its refusal (rules/thread-rows.ts). */
   async place(tx: Tx, d: MessageDraft): Promise<Placement | GatewayError> {
     const t = await this.#target(tx, d);
-    if (t === undefined) return ROOT;
+    if (t === undefined) return ReplyRules.ROOT;
     if (t instanceof GatewayError) return t;
     // a thread the group did not lock before (its message committed since): locked now, and
     // every statement sent after this runs under it
     tx.lockThreads([t.thread_id]);
-    const continuation = d.sender === this.#alertsTo;
-    const hop = continuation ? 0 : t.hop + 1;
-    if (hop > this.#budgets.hops) {
-      return this.#refuse(
-        tx,
-        'hop_budget_exceeded',
-        t,
-        d,
-        `a reply to ${t.message_id} would be hop ${hop} of its chain, past AGW_HOP_BUDGET (${this.#budgets.hops}); ${this.#alertsTo} (alerts_to) may continue thread ${t.thread_id}`,
-      );
-    }
-    if (!continuation) await this.loadCounts(tx, [t.thread_id]);
-    const count = continuation ? 1 : (tx.counts.get(t.thread_id) ?? 1) + 1;
-    if (count > this.#budgets.messages) {
-      return this.#refuse(
-        tx,
-        'thread_budget_exceeded',
-        t,
-        d,
-        `thread ${t.thread_id} holds ${count - 1} messages of agents since its last continuation, its AGW_THREAD_BUDGET; ${this.#alertsTo} (alerts_to) may continue it`,
-      );
-    }
-    return { threadId: t.thread_id, hop, replyTo: t.message_id, count };
+    const h = this.#rules.hop(t, d);
+    if (!('hop' in h)) return this.#refuse(tx, h, t, d);
+    if (!h.continuation) await this.loadCounts(tx, [t.thread_id]);
+    const stored = h.continuation ? undefined : tx.counts.get(t.thread_id);
+    const p = this.#rules.placement(t, h, stored);
+    return 'reason' in p ? this.#refuse(tx, p, t, d) : p;
   }
 
   record(tx: Tx, p: Placement, at: number): void {
@@ -156,55 +140,30 @@ export class PgThreads {
     }
   }
 
+  /** The message a draft answers, as its sender could see it (rules: replyTarget). */
   async #target(tx: Tx, d: MessageDraft): Promise<TargetRow | GatewayError | undefined> {
-    const byId = d.replyToId ?? null;
-    let t: TargetRow | undefined;
-    if (byId !== null) {
-      t = await this.#byId(tx, byId);
-      if (t === undefined || !(await this.#visible(tx, t, d))) {
-        return new GatewayError(
-          'reply_to_not_found',
-          `reply_to ${byId} names no message ${d.sender} could see`,
-          { field: 'reply_to' },
-        );
-      }
-    }
-    if (d.replyTo !== null) {
-      const s = await this.#bySeq(tx, d.channel, d.replyTo);
-      if (s === undefined || !(await this.#visible(tx, s, d))) {
-        return new GatewayError(
-          'reply_to_not_found',
-          `reply_to_sequence_id ${d.replyTo} names no message of ${d.channel} ${d.sender} could see`,
-          { field: 'reply_to_sequence_id' },
-        );
-      }
-      if (t !== undefined && t.id !== s.id) {
-        return new GatewayError(
-          'invalid_envelope',
-          `reply_to (${t.message_id}) and reply_to_sequence_id (${s.message_id}) name different messages; give one`,
-          { field: 'reply_to_sequence_id' },
-        );
-      }
-      t = s;
-    }
-    return t;
+    const seen = async (t: TargetRow | undefined) =>
+      t !== undefined && (await this.#visible(tx, t, d)) ? t : undefined;
+    const id = d.replyToId ?? null;
+    const byId = id === null ? undefined : await seen(await this.#byId(tx, id));
+    const bySeq =
+      d.replyTo === null ? undefined : await seen(await this.#bySeq(tx, d.channel, d.replyTo));
+    return this.#rules.target(d, byId, bySeq);
   }
 
   async #visible(tx: Tx, t: TargetRow, d: MessageDraft): Promise<boolean> {
-    if (t.sender === d.sender || d.sender === this.#alertsTo || d.readable?.has(t.channel) === true)
-      return true;
+    if (this.#rules.seenWithoutDelivery(t, d)) return true;
     return (await tx.one('hadDelivery', [t.id, d.sender])) !== undefined;
   }
 
+  /** Per (sender, reason), the latest thread in the row's `sender`, as the SQLite store counts it. */
   #refuse(
     tx: Tx,
-    reason: BudgetReason,
+    r: { reason: BudgetReason; message: string },
     t: TargetRow,
     d: MessageDraft,
-    message: string,
   ): GatewayError {
-    // per (sender, reason), the latest thread in the row's `sender` (sqlite-threads.ts #refuse)
-    tx.raise(d.sender, reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
-    return new GatewayError(reason, message);
+    tx.raise(d.sender, r.reason, t.message_id, 0, d.receivedAt, 1, t.thread_id);
+    return new GatewayError(r.reason, r.message);
   }
 }

@@ -294,7 +294,7 @@ export const PG_SQL = {
   agents: 'SELECT id, last_seen, depth, critical FROM agents WHERE id = ANY($1::text[])',
   depth: 'SELECT depth, critical FROM agents WHERE id = $1',
   senders: 'SELECT id, stored_bytes FROM agents WHERE stored_bytes IS NOT NULL',
-  /** What the size bound counts: every sender's stored messages (storage-budget.ts sizes). */
+  /** What the size bound counts: every sender's stored messages (rules/storage.ts messageSize). */
   storedBytes: 'SELECT coalesce(sum(stored_bytes), 0)::bigint AS used FROM agents',
   oldestPendingAt: `
     SELECT available_at FROM deliveries WHERE id = least(

@@ -9,10 +9,16 @@
  */
 
 import type Database from 'better-sqlite3';
-import { type AlertRow, type DueAlert, dueAlertOf, MAX_IDS } from './alert-rows.js';
-import type { CommitEffectsLog } from './commit-effects.js';
+import {
+  type AlertRow,
+  alertEvent,
+  type DueAlert,
+  dueAlertOf,
+  foldAlert,
+} from '../rules/alert-rows.js';
+import type { CommitEffectsLog } from '../rules/commit-effects.js';
+import type { DeliveryStats } from '../store.js';
 import { SQL } from './sql.js';
-import { ALERT_KIND, type AlertReason, type DeliveryStats } from './store.js';
 
 export class Alerts {
   readonly #windowMs: number;
@@ -39,42 +45,15 @@ export class Alerts {
    * `messageId` when there is one; due at once if the window passed. For a budget reason,
    * `recipient` is the sender refused and `sender` the thread (alert-rows.ts AlertRow).
    */
-  raise(
-    recipient: string,
-    reason: AlertReason,
-    messageId: string | undefined,
-    attempts: number,
-    now: number,
-    count = 1,
-    sender: string | null = null,
-  ) {
-    const prior = this.#s.state.get(recipient, reason);
-    const ids = prior === undefined ? [] : (JSON.parse(prior.message_ids) as string[]);
-    // each id once: budget refusals of replies to one message name it once
-    if (
-      messageId !== undefined &&
-      messageId !== '' &&
-      ids.length < MAX_IDS &&
-      !ids.includes(messageId)
-    )
-      ids.push(messageId);
-    const row: AlertRow = {
-      recipient,
-      reason,
-      kind: ALERT_KIND[reason],
-      last_sent_at: prior?.last_sent_at ?? 0,
-      count: (prior?.count ?? 0) + count,
-      message_ids: JSON.stringify(ids),
-      attempts,
-      sender: sender ?? prior?.sender ?? null,
-    };
-    if (now - row.last_sent_at >= this.#windowMs) this.#fallDue(row, now);
-    else this.#save(row);
+  raise(...event: Parameters<typeof alertEvent>): void {
+    const e = alertEvent(...event);
+    const { row, due } = foldAlert(this.#s.state.get(e.recipient, e.reason), e, this.#windowMs);
+    this.#keep(row, due ? e.at : undefined);
   }
 
   /** Alerts whose window has passed with a count waiting fall due. */
   flushDue(now: number): void {
-    for (const a of this.#s.due.all(now - this.#windowMs)) this.#fallDue(a, now);
+    for (const a of this.#s.due.all(now - this.#windowMs)) this.#keep(a, now);
   }
 
   /** When the next aggregated alert falls due, if one waits. */
@@ -93,24 +72,17 @@ export class Alerts {
     this.#due = [];
   }
 
-  #fallDue(a: AlertRow, now: number): void {
-    const { due, cleared } = dueAlertOf(a, now);
-    this.#save(cleared);
-    this.#due.push(due);
-    this.#stats.alerts++;
-  }
-
-  #save(a: AlertRow): void {
+  /** A row as it now stands; with `dueAt`, its alert falls due then and the row starts again. */
+  #keep(a: AlertRow, dueAt?: number): void {
+    let row = a;
+    if (dueAt !== undefined) {
+      const { due, cleared } = dueAlertOf(a, dueAt);
+      this.#due.push(due);
+      this.#stats.alerts++;
+      row = cleared;
+    }
     this.#fx.timingChanged = true;
-    this.#s.upsert.run(
-      a.recipient,
-      a.reason,
-      a.kind,
-      a.last_sent_at,
-      a.count,
-      a.message_ids,
-      a.attempts,
-      a.sender,
-    );
+    const { recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender } = row;
+    this.#s.upsert.run(recipient, reason, kind, last_sent_at, count, message_ids, attempts, sender);
   }
 }
