@@ -56,18 +56,18 @@ const rows = values.from
       .filter((l) => l.startsWith('{'))
       .map((l) => JSON.parse(l))
   : [
-      ...(await run('send.mjs', ['--seconds', seconds])),
-      ...(await run('peers.mjs', ['--seconds', seconds])),
-      ...(await run('e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
-      ...(await run('peers-e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
-      ...(await run('fanout.mjs', ['--seconds', seconds, '--acks', 'on-poll'])),
-      ...(await run('fanout.mjs', ['--seconds', seconds, '--acks', 'separate'])),
-      ...(await run('peers-fanout.mjs', ['--seconds', seconds])),
-      ...(await run('stored.mjs', ['--seconds', seconds])),
-      ...(await run('sidecar.mjs', ['--seconds', seconds])),
-      ...(await run('threads.mjs', ['--seconds', seconds])),
-      ...(await run('replicas.mjs', ['--seconds', seconds])),
-      ...(await run('trip.mjs', [
+      ...(await run('path/send.mjs', ['--seconds', seconds])),
+      ...(await run('peers/peers.mjs', ['--seconds', seconds])),
+      ...(await run('path/e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
+      ...(await run('peers/peers-e2e.mjs', ['--seconds', String(Number(seconds) * 2)])),
+      ...(await run('path/fanout.mjs', ['--seconds', seconds, '--acks', 'on-poll'])),
+      ...(await run('path/fanout.mjs', ['--seconds', seconds, '--acks', 'separate'])),
+      ...(await run('peers/peers-fanout.mjs', ['--seconds', seconds])),
+      ...(await run('store/stored.mjs', ['--seconds', seconds])),
+      ...(await run('sidecar/sidecar.mjs', ['--seconds', seconds])),
+      ...(await run('path/threads.mjs', ['--seconds', seconds])),
+      ...(await run('store/replicas.mjs', ['--seconds', seconds])),
+      ...(await run('path/trip.mjs', [
         '--seconds',
         String(Number(seconds) * 2),
         '--send-seconds',
@@ -77,15 +77,15 @@ const rows = values.from
       ...(values.before
         ? [
             ...(await run(
-              'trip.mjs',
+              'path/trip.mjs',
               ['--seconds', String(Number(seconds) * 2), '--send-seconds', seconds, '--fsyncs'],
               'before',
             )),
-            ...(await run('fanout.mjs', ['--seconds', seconds], 'before')),
-            ...(await run('sidecar.mjs', ['--seconds', seconds], 'before')),
+            ...(await run('path/fanout.mjs', ['--seconds', seconds], 'before')),
+            ...(await run('sidecar/sidecar.mjs', ['--seconds', seconds], 'before')),
           ]
         : []),
-      ...(await run('send.mjs', [
+      ...(await run('path/send.mjs', [
         '--seconds',
         seconds,
         '--keys',
@@ -450,7 +450,7 @@ agents use below compares it with sending direct.
 
 ## Threads and budgets on the send path
 
-\`bench/threads.mjs\`: acked sends at 16 in flight, plain (each starts a thread) against replies
+\`bench/path/threads.mjs\`: acked sends at 16 in flight, plain (each starts a thread) against replies
 in long threads (each names the previous message of its thread; the orchestrator continues a
 thread before a budget would refuse), same adapter, same run.
 
@@ -466,7 +466,7 @@ ${rows
 
 ## The path agents use: agent → sidecar → adapter → sidecar → agent
 
-\`bench/trip.mjs\`: pm's sidecar takes the sends, qa's sidecar serves qa's long polls and acks; the
+\`bench/path/trip.mjs\`: pm's sidecar takes the sends, qa's sidecar serves qa's long polls and acks; the
 same sends direct to the adapter beside it. CPU is each process's user + system time over the
 measured part, per message; fsyncs are counted by strace in each process over 500 trips sent
 one at a time.
@@ -532,7 +532,7 @@ ${(() => {
   if (!d || !px || !sc || !pgE2e) return '';
   const hops = round(px.p50_ms - d.p50_ms, 3);
   const ours = round(sc.p50_ms - px.p50_ms, 3);
-  return `The bare proxies (\`bench/bare-proxy.mjs\`: node:http in, an undici Pool out, no check, no
+  return `The bare proxies (\`bench/lib/bare-proxy.mjs\`: node:http in, an undici Pool out, no check, no
 store, no breaker) stand where the sidecars stand, so their column is the floor of the path's
 shape: what two more loopback HTTP hops in Node cost with no work at all. In this run they added
 ${hops} ms to the direct trip's p50, and the sidecars' p50 was ${Math.abs(ours)} ms ${ours >= 0 ? 'above' : 'below'} theirs. The issue's aim
@@ -568,7 +568,7 @@ ${beforeAfter.map(([label, get]) => `| ${label} | ${get('before')} | ${get('afte
 }
 ## Several adapters on PostgreSQL
 
-\`bench/replicas.mjs\`: the adapter with \`AGW_DB\` a PostgreSQL URL, through one replica and through
+\`bench/store/replicas.mjs\`: the adapter with \`AGW_DB\` a PostgreSQL URL, through one replica and through
 three (the senders' loops spread over them), beside the SQLite adapter and PostgreSQL itself doing
 one INSERT per transaction, all in this run (FULL: each message's commit is fsynced before its 201).
 End to end: pm sends at a fixed rate through one replica, research long-polls and acks through another;

@@ -3,7 +3,7 @@
 #   systemd      systemd-journald (namespace mode) and journalctl, for the journald tests
 #   podman runc  the Podman run (test/e2e/podman.sh), on runc: crun fails here on setrlimit
 #   debootstrap  the Podman run's local Node base image
-#   strace       counting fsync calls (test/store/durability.test.ts, bench/trip.mjs --fsyncs)
+#   strace       counting fsync calls (test/store/durability.test.ts, bench/path/trip.mjs --fsyncs)
 #   postgresql   the PostgreSQL store's tests, against 127.0.0.1:5432 as user postgres (trust)
 # With everything there it does nothing but make sure PostgreSQL is up: a cluster that is down
 # is started with pg_ctlcluster, and the script waits (at most 30 s) until pg_isready answers.

@@ -165,7 +165,7 @@ interface Exchanged {
  * `AbortSignal.timeout`: the sidecar makes two calls per message it carries, and `request`
  * builds a Readable stream, an async resource and an abort listener for each, while
  * AbortSignal.timeout leaves a timer armed for the whole deadline that, firing 10 s later,
- * builds a DOMException with its stack (~10% of the sidecar's CPU per message, measured with bench/trip.mjs).
+ * builds a DOMException with its stack (~10% of the sidecar's CPU per message, measured with bench/path/trip.mjs).
  * Here one timer is armed and cleared with the answer.
  */
 function exchange(

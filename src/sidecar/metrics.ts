@@ -2,7 +2,7 @@
  * The sidecar's Prometheus metrics, read when /metrics is scraped.
  *
  * prom-client is loaded at the first scrape, not at start: loaded at start it is 1.3-3.6 MiB of
- * an idle sidecar's RSS (bench/sidecar.mjs), which a pod nobody scrapes never needs,
+ * an idle sidecar's RSS (bench/sidecar/sidecar.mjs), which a pod nobody scrapes never needs,
  * and a scraped one pays once, ~15 ms more on its first /metrics.
  */
 import type { Registry } from 'prom-client';

@@ -2,7 +2,7 @@
  * undici's Pool, loaded alone, for the sidecar's calls to the adapter. `import { Pool } from
  * 'undici'` evaluates all of undici's index (fetch, WebSocket, EventSource, caches, mocks: 110
  * modules) for the one class the sidecar uses; the pool's own file and what it requires are 22.
- * Measured on the sidecar idle 30 s after start (bench/sidecar.mjs's reading, 2 runs each):
+ * Measured on the sidecar idle 30 s after start (bench/sidecar/sidecar.mjs's reading, 2 runs each):
  * 64.3 MiB RSS with the index, 60.0-60.4 MiB with this.
  *
  * Without the index, a pool has `dispatch`, `close` and `destroy` but not the API methods the

@@ -7,7 +7,7 @@
 // thread, as an operator would, and the chain goes on from its message: 1 send in 9 is a
 // continuation. One JSON line per measurement on stdout.
 //
-//   node bench/threads.mjs [--seconds 5] [--inflight 16] [--sync full]
+//   node bench/path/threads.mjs [--seconds 5] [--inflight 16] [--sync full]
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import {
@@ -19,7 +19,7 @@ import {
   startAdapter,
   tokenOf,
   uuidv7,
-} from './lib.mjs';
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {

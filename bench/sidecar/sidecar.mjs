@@ -4,7 +4,7 @@
 // sidecar runs with the NODE_OPTIONS of its image (docker/Dockerfile, stage `sidecar`), as it
 // runs in a pod.
 //
-//   node bench/sidecar.mjs [--seconds 5]
+//   node bench/sidecar/sidecar.mjs [--seconds 5]
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -17,7 +17,7 @@ import {
   startProcess,
   tokenOf,
   uuidv7,
-} from './lib.mjs';
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({ options: { seconds: { type: 'string', default: '5' } } });
 

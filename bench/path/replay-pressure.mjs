@@ -14,7 +14,7 @@
 import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { Agent, request } from 'undici';
-import { AGENTS, benchDir, latencySummary, round, startAdapter, tokenOf } from './lib.mjs';
+import { AGENTS, benchDir, latencySummary, round, startAdapter, tokenOf } from '../lib/lib.mjs';
 
 const mode = process.argv[2] ?? 'noread';
 const dbAt = process.argv.indexOf('--db');

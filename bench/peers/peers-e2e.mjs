@@ -1,4 +1,4 @@
-// End-to-end latency for the peers, measured like bench/e2e.mjs: a sender at a fixed rate
+// End-to-end latency for the peers, measured like bench/path/e2e.mjs: a sender at a fixed rate
 // (default 500 msg/s, open loop), a consumer in the same process, latency = receive time minus
 // send time on this process's clock. One JSON line per peer.
 //
@@ -6,13 +6,13 @@
 // - RabbitMQ: a quorum queue, persistent messages with confirms; a consumer with manual acks.
 // - PostgreSQL: INSERT and pg_notify in one transaction (synchronous_commit on); LISTEN.
 //
-//   node bench/peers-e2e.mjs [--rate 500] [--seconds 10] [--only nats,rabbitmq,postgres]
+//   node bench/peers/peers-e2e.mjs [--rate 500] [--seconds 10] [--only nats,rabbitmq,postgres]
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
 import { connect, StringCodec } from 'nats';
 import pg from 'pg';
-import { latencySummary } from './lib.mjs';
+import { latencySummary } from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {

@@ -5,13 +5,13 @@
 // 200 (WAL recovery, migrations, the first sweep); then acked sends at 16 in flight, the first
 // of them while PRAGMA quick_check still runs in its worker (ready does not wait for it).
 //
-//   node bench/stored.mjs [--sizes 0,100000,1000000] [--seconds 5]
+//   node bench/store/stored.mjs [--sizes 0,100000,1000000] [--seconds 5]
 import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SqliteStore } from '../dist/store/sqlite/sqlite-store.js';
-import { AGENTS, benchDir, closedLoop, round, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
+import { SqliteStore } from '../../dist/store/sqlite/sqlite-store.js';
+import { AGENTS, benchDir, closedLoop, round, startAdapter, tokenOf, uuidv7 } from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {

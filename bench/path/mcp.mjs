@@ -11,7 +11,7 @@
 // channel's next). One JSON line per route and tool: p50 and p99 of the calls, and what the route
 // adds to plain HTTP at each.
 //
-//   node bench/mcp.mjs [--calls 500] [--warmup 50]
+//   node bench/path/mcp.mjs [--calls 500] [--warmup 50]
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -26,7 +26,7 @@ import {
   startAdapter,
   startProcess,
   tokenOf,
-} from './lib.mjs';
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {

@@ -3,10 +3,10 @@
 // minus the sending time, both on this process's clock. qa acks each answer on its next poll
 // (POST /v1/inbox), as the client library does. One JSON line on stdout.
 //
-//   node bench/e2e.mjs [--rate 500] [--seconds 10]
+//   node bench/path/e2e.mjs [--rate 500] [--seconds 10]
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { benchDir, latencySummary, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
+import { benchDir, latencySummary, startAdapter, tokenOf, uuidv7 } from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: { rate: { type: 'string', default: '500' }, seconds: { type: 'string', default: '10' } },

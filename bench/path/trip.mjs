@@ -12,7 +12,7 @@
 // - `trip-fsyncs` (with --fsyncs, needs strace): fsync and fdatasync calls per trip in each
 //   process, counted by strace attached for a run of 500 trips one at a time.
 //
-//   node bench/trip.mjs [--rate 500] [--seconds 10] [--send-seconds 5 (0: none)] [--fsyncs]
+//   node bench/path/trip.mjs [--rate 500] [--seconds 10] [--send-seconds 5 (0: none)] [--fsyncs]
 //                       [--routes direct,proxies,sidecars] [--warmup-seconds 8]
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -29,7 +29,7 @@ import {
   startProcess,
   tokenOf,
   uuidv7,
-} from './lib.mjs';
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -64,7 +64,7 @@ const sidecarOf = (agent) =>
   );
 const proxyOf = (agent) =>
   startProcess(
-    [new URL('./bare-proxy.mjs', import.meta.url).pathname, adapter.url, tokenOf(agent)],
+    [new URL('../lib/bare-proxy.mjs', import.meta.url).pathname, adapter.url, tokenOf(agent)],
     {},
     (e) => e.msg === 'proxy ready',
   );

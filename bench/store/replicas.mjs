@@ -5,7 +5,7 @@
 // after its sender's 201 a message parked for on another replica is received.
 // One JSON line per measurement on stdout. Each PostgreSQL target gets a database of its own.
 //
-//   node bench/replicas.mjs [--seconds 5] [--inflight 1,16,64] [--rate 200]
+//   node bench/store/replicas.mjs [--seconds 5] [--inflight 1,16,64] [--rate 200]
 //                           [--url postgres://postgres@127.0.0.1:5432/postgres]
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
@@ -20,7 +20,7 @@ import {
   startProcess,
   tokenOf,
   uuidv7,
-} from './lib.mjs';
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {

@@ -11,7 +11,7 @@ import { Pool } from 'undici';
 
 /** The CLI under test: this checkout's build, or another's (AGW_BENCH_CLI, for before/after). */
 export const CLI =
-  process.env.AGW_BENCH_CLI ?? fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+  process.env.AGW_BENCH_CLI ?? fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 export const AGENTS = ['orchestrator', 'pm', 'engineering', 'qa', 'research', 'growth'];
 
 export function tokenOf(agent) {

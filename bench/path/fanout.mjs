@@ -4,10 +4,10 @@
 // does; a build from before it answers 405, and the run acks on its own), `separate` acks with
 // POST /v1/acks before polling again.
 //
-//   node bench/fanout.mjs [--seconds 5] [--inflight 16] [--acks on-poll|separate]
+//   node bench/path/fanout.mjs [--seconds 5] [--inflight 16] [--acks on-poll|separate]
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { AGENTS, benchDir, round, startAdapter, tokenOf, uuidv7 } from './lib.mjs';
+import { AGENTS, benchDir, round, startAdapter, tokenOf, uuidv7 } from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {

@@ -2,7 +2,7 @@
 // over HTTP with an undici Pool: the bare HTTP floor, then the adapter with synchronous=FULL and
 // NORMAL. One JSON line per measurement on stdout.
 //
-//   node bench/send.mjs [--seconds 5] [--inflight 1,16,64] [--to @qa] [--keys v7|v4]
+//   node bench/path/send.mjs [--seconds 5] [--inflight 1,16,64] [--to @qa] [--keys v7|v4]
 //                       [--floor yes|no] [--sync full,normal]
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
@@ -15,7 +15,7 @@ import {
   startProcess,
   tokenOf,
   uuidv7,
-} from './lib.mjs';
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -51,7 +51,7 @@ const emit = (o) =>
 
 if (values.floor === 'yes') {
   const floor = await startProcess(
-    [new URL('./floor-server.mjs', import.meta.url).pathname],
+    [new URL('../lib/floor-server.mjs', import.meta.url).pathname],
     {},
     (e) => e.msg === 'floor ready',
   );

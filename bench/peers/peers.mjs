@@ -1,4 +1,4 @@
-// The peers, measured like our adapter (bench/send.mjs): acked sends per second and p50/p99 ack
+// The peers, measured like our adapter (bench/path/send.mjs): acked sends per second and p50/p99 ack
 // latency at 1, 16 and 64 in flight, ~1 KiB payloads, a closed loop in one client process.
 // Each runs on this machine on its standard loopback port.
 //
@@ -9,13 +9,13 @@
 // - PostgreSQL: one INSERT per transaction with synchronous_commit on (the default): the commit
 //   returns after the WAL is fsynced.
 //
-//   node bench/peers.mjs [--seconds 5] [--inflight 1,16,64] [--only nats,rabbitmq,postgres]
+//   node bench/peers/peers.mjs [--seconds 5] [--inflight 1,16,64] [--only nats,rabbitmq,postgres]
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
 import { connect, StringCodec } from 'nats';
 import pg from 'pg';
-import { closedLoopFn } from './lib.mjs';
+import { closedLoopFn } from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {

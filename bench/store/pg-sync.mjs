@@ -4,13 +4,13 @@
 // alternating: this checkout's (after) and AGW_BENCH_CLI_BEFORE's (the build before the change).
 // Each build and round gets a database of its own. One JSON line per measurement on stdout.
 //
-//   AGW_BENCH_CLI_BEFORE=/path/to/before/dist/cli/main.js node bench/pg-sync.mjs \
+//   AGW_BENCH_CLI_BEFORE=/path/to/before/dist/cli/main.js node bench/store/pg-sync.mjs \
 //     [--seconds 3] [--inflight 1,16] [--rounds 2] [--url postgres://postgres@127.0.0.1:5432/postgres]
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { Pool } from 'undici';
-import { benchDir, CLI, closedLoopFn, startProcess, tokenOf, uuidv7 } from './lib.mjs';
+import { benchDir, CLI, closedLoopFn, startProcess, tokenOf, uuidv7 } from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {

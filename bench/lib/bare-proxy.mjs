@@ -1,10 +1,10 @@
 // The floor of a sidecar hop: a node:http server that passes each request on to the adapter as
 // one agent (its token added) through an undici Pool, and the answer back, doing nothing else:
 // no check, no store, no breaker. Two of these in place of the two sidecars measure what the
-// extra loopback hops of the path agents use cost by themselves (bench/trip.mjs, route
+// extra loopback hops of the path agents use cost by themselves (bench/path/trip.mjs, route
 // `proxies`); what the sidecars cost above that is ours.
 //
-//   node bench/bare-proxy.mjs ADAPTER_URL AGENT_TOKEN
+//   node bench/lib/bare-proxy.mjs ADAPTER_URL AGENT_TOKEN
 import { createServer } from 'node:http';
 import { Pool } from 'undici';
 

@@ -1,16 +1,16 @@
-// Fan-out for the peers, measured like bench/fanout.mjs: a publisher with 16 in flight, five
+// Fan-out for the peers, measured like bench/path/fanout.mjs: a publisher with 16 in flight, five
 // consumers that each get every message and ack it; messages accepted and deliveries received
 // per second while sending. PostgreSQL has no fan-out of its own and is left out.
 //
 // - NATS JetStream: one file stream, five durable consumers with explicit acks.
 // - RabbitMQ: a fanout exchange bound to five quorum queues; confirms; consumers with acks.
 //
-//   node bench/peers-fanout.mjs [--seconds 5] [--inflight 16] [--only nats,rabbitmq]
+//   node bench/peers/peers-fanout.mjs [--seconds 5] [--inflight 16] [--only nats,rabbitmq]
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
 import { AckPolicy, connect, StringCodec } from 'nats';
-import { round } from './lib.mjs';
+import { round } from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {
