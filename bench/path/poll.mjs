@@ -1,7 +1,15 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { benchDir, CLI, latencySummary, round, startAdapter, tokenOf, uuidv7 } from '../lib/lib.mjs';
+import {
+  benchDir,
+  CLI,
+  latencySummary,
+  round,
+  startAdapter,
+  tokenOf,
+  uuidv7,
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {
