@@ -5,7 +5,7 @@
 import pg from 'pg';
 import { openPgStore } from '../../src/store/postgres/pg-store.js';
 import { testDatabase } from '../helpers/pg.js';
-import { storeConformance } from './conformance.js';
+import { storeConformance } from './conformance/index.js';
 
 storeConformance('PostgreSQL store', async ({ delivery, storage, budgets }) => {
   const db = await testDatabase();

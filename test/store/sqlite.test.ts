@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { openStore } from '../../src/store/open.js';
 import type { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
-import { storeConformance } from './conformance.js';
+import { storeConformance } from './conformance/index.js';
 
 storeConformance('SQLite store', async ({ delivery, storage, budgets }) => {
   const dir = mkdtempSync(join(tmpdir(), 'agw-store-'));
