@@ -7,8 +7,8 @@
  */
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { z } from 'zod';
+import { agentApiOverHttp } from '../sidecar/agent-api-over-http.js';
 import { mcpServer, refuseInvalidParams } from '../sidecar/mcp-tools.js';
-import { SidecarHttpOperations } from '../sidecar/sidecar-http.js';
 import { MCP_SETTINGS, readSettings, SettingsError } from './settings.js';
 
 const Schema = z.strictObject({
@@ -23,7 +23,7 @@ const Schema = z.strictObject({
 export async function runMcp(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   const { settings, positionals } = readSettings(MCP_SETTINGS, Schema, argv, env);
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
-  const ops = new SidecarHttpOperations(settings.sidecarUrl);
+  const ops = agentApiOverHttp(settings.sidecarUrl);
   const server = mcpServer(ops, {
     onError: (err, tool) =>
       process.stderr.write(

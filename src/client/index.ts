@@ -19,49 +19,39 @@
  * {@link PermanentError}, and the message is dead-lettered at once instead of coming again.
  */
 
+import {
+  type AckResult,
+  type Delivery,
+  type HeartbeatResult,
+  type Inputs,
+  type LeasesResult,
+  type Me,
+  type Message,
+  type MessageStatus,
+  type NackResult,
+  type OperationName,
+  type OutgoingMessage,
+  type Outputs,
+  renderRequest,
+  type SendResult,
+} from '../protocol/agent-api.js';
 import { isRetryableAnswer } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
-import type { Delivery, Message } from '../protocol/wire.js';
-import { type Lease, LeaseKeeper } from './leases.js';
+import { LeaseKeeper } from './leases.js';
 
-export interface OutgoingMessage {
-  readonly to: string;
-  readonly kind: string;
-  readonly payload?: Record<string, unknown>;
-  readonly priority?: 'normal' | 'critical';
-  readonly reply_to_sequence_id?: number;
-  /**
-   * The message_id of the message this one answers, in any channel you could see (one you
-   * sent, received, or may replay): the answer joins its thread. A thread has budgets (hops per
-   * chain, messages since the orchestrator last continued it); past one the send throws a
-   * GatewayClientError 422 (`hop_budget_exceeded`, `thread_budget_exceeded`), never retried.
-   */
-  readonly reply_to?: string;
-  /**
-   * Made for you (a UUIDv7, once per send() call, kept across its retries) when absent; set
-   * your own (derived from what you are answering, say) to make your own retries of a send safe.
-   */
-  readonly idempotency_key?: string;
-}
-
-export type { Delivery, Message } from '../protocol/wire.js';
-export type { Lease } from './leases.js';
-
-/** delivered (201/200: stored by the adapter) or queued (202: in the sidecar's outbox). */
-export type SendResult =
-  | {
-      status: 'delivered';
-      message_id: string;
-      channel: string;
-      channel_sequence_id: number;
-      /** The thread it joined (its own message_id when it started one). */
-      thread_id: string;
-      /** Its depth in the reply chain: 0 for a message that starts a thread. */
-      hop: number;
-      /** true when the key was stored before: by an earlier send, or an earlier try of this one. */
-      duplicate: boolean;
-    }
-  | { status: 'queued'; idempotency_key: string; outbox_depth: number };
+export type {
+  AckResult,
+  Delivery,
+  HeartbeatResult,
+  Lease,
+  Me,
+  Message,
+  MessageStatus,
+  NackResult,
+  OutgoingMessage,
+  RecipientStatus,
+  SendResult,
+} from '../protocol/agent-api.js';
 
 /** An answer that is not a success, with the error catalogue's code. */
 export class GatewayClientError extends Error {
@@ -73,6 +63,8 @@ export class GatewayClientError extends Error {
     readonly code: string,
     message: string,
     readonly retryAfterS?: number,
+    /** The request field at fault, as a dotted path (`payload.task_id`), when there is one. */
+    readonly field?: string,
   ) {
     super(message);
     this.retryable = isRetryableAnswer(status, code);
@@ -156,41 +148,6 @@ export interface NackOptions {
   readonly reason?: string;
 }
 
-export interface AckResult {
-  acked: number[];
-  dead_lettered: number[];
-  unknown: number[];
-}
-
-export interface NackResult {
-  nacked: number[];
-  ignored: number[];
-  unknown: number[];
-}
-
-/** One recipient's delivery of a message, as GET /v1/messages/{message_id} tells it. */
-export interface RecipientStatus {
-  agent: string;
-  state: 'pending' | 'leased' | 'acked' | 'dead_letter';
-  attempts: number;
-  reason: string | null;
-  /** The recipient's text when it rejected the message (nack with retry false). */
-  note?: string;
-}
-
-export interface MessageStatus {
-  message: Message;
-  recipients: RecipientStatus[];
-}
-
-/** GET /v1/me: who the caller is, its channels, and the limits the adapter holds it to. */
-export interface Me {
-  agent: string;
-  channels: { name: string; members: string[] }[];
-  alerts_to: string;
-  limits: { max_message_bytes: number; max_batch: number; max_depth: number };
-}
-
 /** Messages the client remembers having handled, to drop at-least-once repeats. */
 const SEEN_MAX = 10_000;
 /** The longest nack reason the adapter takes. */
@@ -227,14 +184,11 @@ export class GatewayClient {
    * once however many tries reached it. A refusal for good (400, 403, 409, ...) is thrown at once.
    */
   async send(message: OutgoingMessage): Promise<SendResult> {
-    const envelope = JSON.stringify({
-      ...message,
-      idempotency_key: message.idempotency_key ?? uuidv7(),
-    });
-    let body: Record<string, unknown>;
+    const envelope = { ...message, idempotency_key: message.idempotency_key ?? uuidv7() };
+    let body: SendResult | Omit<Extract<SendResult, { status: 'delivered' }>, 'status'>;
     for (let attempt = 1; ; attempt++) {
       try {
-        body = (await this.#call('POST', '/v1/messages', envelope)) as Record<string, unknown>;
+        body = await this.call('send', envelope);
         break;
       } catch (err) {
         const wait = this.#retryWait(err, attempt);
@@ -242,9 +196,8 @@ export class GatewayClient {
         await new Promise((r) => setTimeout(r, wait));
       }
     }
-    return body.status === 'queued'
-      ? (body as SendResult)
-      : ({ ...body, status: 'delivered' } as SendResult);
+    // the adapter's own answer (a client of the adapter directly) has no status: it is stored
+    return 'status' in body && body.status === 'queued' ? body : { ...body, status: 'delivered' };
   }
 
   /** How long to wait before try `attempt` + 1 of a send, or undefined: give up and throw. */
@@ -288,13 +241,10 @@ export class GatewayClient {
     try {
       while (!opts.signal?.aborted) {
         let deliveries: Delivery[];
-        const path = `/v1/inbox?wait=${wait}&max=${max}`;
         try {
-          ({ deliveries } = (await (carry.length === 0
-            ? this.#call('GET', path, undefined, opts.signal)
-            : this.#call('POST', path, { delivery_ids: carry }, opts.signal))) as {
-            deliveries: Delivery[];
-          });
+          ({ deliveries } = await (carry.length === 0
+            ? this.call('inbox', { wait, max }, opts.signal)
+            : this.call('inboxAcking', { wait, max, delivery_ids: carry }, opts.signal)));
           carry = [];
         } catch (err) {
           if (opts.signal?.aborted) return;
@@ -379,16 +329,16 @@ export class GatewayClient {
 
   /** POST /v1/acks: done with these deliveries. */
   ack(deliveryIds: readonly number[]): Promise<AckResult> {
-    return this.#call('POST', '/v1/acks', { delivery_ids: deliveryIds }) as Promise<AckResult>;
+    return this.call('ack', { delivery_ids: deliveryIds });
   }
 
   /** POST /v1/nacks: failed; they come again, or with `retry: false` are dead-lettered at once. */
   nack(deliveryIds: readonly number[], opts: NackOptions = {}): Promise<NackResult> {
-    return this.#call('POST', '/v1/nacks', {
+    return this.call('nack', {
       delivery_ids: deliveryIds,
       ...(opts.retry === undefined ? {} : { retry: opts.retry }),
       ...(opts.reason === undefined ? {} : { reason: opts.reason.slice(0, REASON_MAX) }),
-    }) as Promise<NackResult>;
+    });
   }
 
   /**
@@ -396,31 +346,22 @@ export class GatewayClient {
    * the adapter's AGW_MAX_LEASE_MS). A GatewayClientError 409 `not_leased` when one is no
    * longer leased to this agent (then none is extended).
    */
-  extendLease(deliveryIds: readonly number[], extendMs: number): Promise<{ leases: Lease[] }> {
-    return this.#call('POST', '/v1/leases', {
-      delivery_ids: deliveryIds,
-      extend_ms: extendMs,
-    }) as Promise<{ leases: Lease[] }>;
+  extendLease(deliveryIds: readonly number[], extendMs: number): Promise<LeasesResult> {
+    return this.call('extendLeases', { delivery_ids: deliveryIds, extend_ms: extendMs });
   }
 
   /** GET /v1/messages/{id}: for its sender (and alerts_to), what became of a message. */
   messageStatus(messageId: string): Promise<MessageStatus> {
-    return this.#call(
-      'GET',
-      `/v1/messages/${encodeURIComponent(messageId)}`,
-    ) as Promise<MessageStatus>;
+    return this.call('messageStatus', { message_id: messageId });
   }
 
   /** GET /v1/me: who this agent is, its channels and its limits. */
   me(): Promise<Me> {
-    return this.#call('GET', '/v1/me') as Promise<Me>;
+    return this.call('me', {});
   }
 
-  heartbeat(): Promise<{ pending: number; critical_pending: number }> {
-    return this.#call('POST', '/v1/heartbeat', {}) as Promise<{
-      pending: number;
-      critical_pending: number;
-    }>;
+  heartbeat(): Promise<HeartbeatResult> {
+    return this.call('heartbeat', {});
   }
 
   /** A priority=CRIT journald entry through the sidecar; works with the adapter down. */
@@ -429,11 +370,21 @@ export class GatewayClient {
     message: string,
     fields?: Record<string, string | number | boolean>,
   ): Promise<void> {
-    await this.#call('POST', '/v1/emergency', {
-      reason,
-      message,
-      ...(fields === undefined ? {} : { fields }),
-    });
+    await this.call('emergency', { reason, message, ...(fields === undefined ? {} : { fields }) });
+  }
+
+  /**
+   * Any of the agent's operations (docs/reference/operations.md) by name, as declared: its
+   * answer, or a GatewayClientError for a refusal. The methods above are these with their
+   * defaults and retries.
+   */
+  async call<N extends OperationName>(
+    name: N,
+    input: Inputs[N],
+    signal?: AbortSignal,
+  ): Promise<Outputs[N]> {
+    const { method, path, body } = renderRequest(name, input);
+    return (await this.#call(method, path, body, signal)) as Outputs[N];
   }
 
   /** One request; `body` is sent as JSON (a string: already JSON). */
@@ -459,13 +410,14 @@ export class GatewayClient {
       parsed = { error: 'invalid_response', message: text.slice(0, 200) };
     }
     if (!res.ok) {
-      const e = parsed as { error?: string; message?: string };
+      const e = parsed as { error?: string; message?: string; field?: unknown };
       const ra = Number(res.headers.get('retry-after'));
       throw new GatewayClientError(
         res.status,
         e.error ?? 'unknown',
         e.message ?? res.statusText,
         Number.isFinite(ra) && ra > 0 ? ra : undefined,
+        typeof e.field === 'string' ? e.field : undefined,
       );
     }
     return parsed;

@@ -9,14 +9,11 @@
  * (a clock ahead of the adapter's only makes it extend early); after an extension the lease is
  * taken to end `extendMs` after the request was sent, which no clock skew can make too late.
  */
+import type { Lease } from '../protocol/agent-api.js';
 import { isRetryableAnswer } from '../protocol/errors.js';
 import { DEFAULT_MAX_LEASE_MS } from '../protocol/limits.js';
 
-/** A lease as POST /v1/leases answers it. */
-export interface Lease {
-  readonly delivery_id: number;
-  readonly lease_expires_at: string;
-}
+export type { Lease } from '../protocol/agent-api.js';
 
 export interface LeaseKeeperOptions {
   /** POST /v1/leases; rejects with an error carrying `status` and `code` for a refusal. */

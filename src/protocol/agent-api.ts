@@ -186,13 +186,12 @@ export interface SidecarStatus {
 export interface OutboxDeadLetter {
   id: number;
   idempotency_key: string;
-  /** The envelope as queued (JSON text). */
-  body: string;
-  /** The adapter's status and answer (JSON text) that refused it. */
+  /** The adapter's status and answer that refused it. */
   status: number;
-  answer: string;
-  /** When it was queued, ms since the epoch. */
-  created_at: number;
+  answer: unknown;
+  dead_lettered_at: string;
+  /** The envelope as it was queued. */
+  message: unknown;
 }
 
 export interface OutboxDeadLetters {

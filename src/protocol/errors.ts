@@ -102,3 +102,41 @@ export function isRetryableAnswer(status: number, code: unknown): boolean {
   }
   return status === 429 || status >= 500;
 }
+
+/**
+ * A refusal answered by the program behind (the adapter for the sidecar, the sidecar for
+ * `agent-gateway mcp`) as the error to throw here: its code, sentence, field and Retry-After
+ * kept. An answer without one of our codes did not come from our program (a proxy in between,
+ * say): 429 and 5xx are `unreachable`, worth retrying, anything else `internal`.
+ */
+export function errorFromAnswer(
+  status: number,
+  body: unknown,
+  retryAfterS?: number,
+  unreachable: 'adapter_unreachable' | 'sidecar_unreachable' = 'adapter_unreachable',
+): GatewayError {
+  let b = body;
+  if (typeof b === 'string') {
+    try {
+      b = JSON.parse(b);
+    } catch {
+      b = undefined;
+    }
+  }
+  const { error, message, field } = (typeof b === 'object' && b !== null ? b : {}) as Record<
+    string,
+    unknown
+  >;
+  const ra = retryAfterS === undefined ? {} : { retryAfterS };
+  if (typeof error === 'string' && Object.hasOwn(ERRORS, error) && typeof message === 'string') {
+    return new GatewayError(error as ErrorCode, message, {
+      ...ra,
+      ...(typeof field === 'string' ? { field } : {}),
+    });
+  }
+  const from = unreachable === 'adapter_unreachable' ? 'the adapter' : 'the sidecar';
+  const text = `${from} answered ${status} without an error of its own`;
+  return status === 429 || status >= 500
+    ? new GatewayError(unreachable, text, { retryAfterS: retryAfterS ?? 2 })
+    : new GatewayError('internal', text);
+}

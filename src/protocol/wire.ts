@@ -3,36 +3,7 @@
  * the one place the JSON of a delivery and a dead letter is put together. A stored message is
  * kept as the JSON readers see, so these splice its bytes in rather than parse and re-encode it.
  */
-import type { Priority } from './priority.js';
-
-/** A stored message as every reader sees it: the envelope and the fields the adapter added. */
-export interface Message {
-  readonly message_id: string;
-  readonly channel: string;
-  readonly channel_sequence_id: number;
-  readonly sender: string;
-  readonly timestamp_iso8601: string;
-  readonly idempotency_key: string;
-  readonly to: string;
-  readonly kind: string;
-  readonly priority: Priority;
-  readonly reply_to_sequence_id?: number;
-  /** The message_id of the message it answers, however the sender named it. */
-  readonly reply_to?: string;
-  /** Its thread: the message_id of the thread's first message (its own when it starts one). */
-  readonly thread_id: string;
-  /** Its depth in its reply chain since the last continuation: 0 for a root or a continuation. */
-  readonly hop: number;
-  readonly payload: Record<string, unknown>;
-}
-
-/** One entry of GET /v1/inbox: a message handed to its recipient under a lease. */
-export interface Delivery {
-  readonly delivery_id: number;
-  readonly attempt: number;
-  readonly lease_expires_at: string;
-  readonly message: Message;
-}
+export type { Delivery, Message } from './agent-api.js';
 
 /** `{"delivery_id":...,"message":<the stored bytes>}` */
 export function deliveryJson(

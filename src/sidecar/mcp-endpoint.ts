@@ -11,13 +11,9 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { AgentApi } from '../protocol/agent-api.js';
 import { sendJson } from '../protocol/http.js';
-import {
-  type McpOperations,
-  type McpServerOptions,
-  mcpServer,
-  refuseInvalidParams,
-} from './mcp-tools.js';
+import { type McpServerOptions, mcpServer, refuseInvalidParams } from './mcp-tools.js';
 
 /** The handler of POST /mcp: `body` is the request's JSON, already read and parsed. */
 export type McpHandler = (
@@ -26,14 +22,14 @@ export type McpHandler = (
   body: unknown,
 ) => Promise<void>;
 
-export function mcpEndpoint(ops: McpOperations, opts: McpServerOptions = {}): McpHandler {
+export function mcpEndpoint(api: AgentApi, opts: McpServerOptions = {}): McpHandler {
   return async (req, res, body) => {
     const refused = refuseInvalidParams(body);
     if (refused !== undefined) {
       sendJson(res, 200, refused);
       return;
     }
-    const server = mcpServer(ops, opts);
+    const server = mcpServer(api, opts);
     const transport = new StreamableHTTPServerTransport({
       sessionIdGenerator: undefined,
       enableJsonResponse: true,

@@ -1,46 +1,44 @@
 /**
- * The sidecar's endpoints, in one table (docs/reference/sidecar.md describes each), each a thin
- * map of HTTP onto the service's operations. `who`: `local` endpoints answer always (probes,
- * status, metrics, emergencies, which must work while the adapter is down or the sidecar
- * stops); `agent` endpoints stop taking requests once the sidecar is stopping.
+ * The sidecar's endpoints (docs/reference/sidecar.md describes each): the agent's operations,
+ * rendered from their declarations (protocol/agent-api.ts) onto the service, and the sidecar's
+ * own (probes, metrics, MCP, its OpenAPI document). `who`: `local` endpoints answer always
+ * (probes, status, metrics, emergencies, which must work while the adapter is down or the
+ * sidecar stops); `agent` endpoints stop taking requests once the sidecar is stopping.
  */
-import { parseDeliveryIds, parseLeaseExtension, parseNack } from '../protocol/delivery-ids.js';
+import {
+  type AgentApi,
+  JsonText,
+  OPERATION_LIST,
+  type Operation,
+  type OperationName,
+  type Outputs,
+  pathParams,
+} from '../protocol/agent-api.js';
+import { BODIES } from '../protocol/agent-schemas.js';
 import { GatewayError } from '../protocol/errors.js';
 import { intParam, parseJson } from '../protocol/http.js';
-import {
-  DEFAULT_MAX_MESSAGE_BYTES,
-  INBOX_DEFAULT_MAX,
-  INBOX_MAX,
-  MAX_WAIT_S,
-  PAGE_DEFAULT_LIMIT,
-  PAGE_MAX_LIMIT,
-  SIDECAR_MAX_EXTEND_MS,
-} from '../protocol/limits.js';
-import { type Route, route } from '../protocol/router.js';
+import { DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
+import { type Answer, type Route, route } from '../protocol/router.js';
 import type { StartGate } from './gate.js';
 import type { McpHandler } from './mcp-endpoint.js';
-import type { SidecarService } from './service.js';
+import { sidecarOpenApiDocument } from './route-docs.js';
 
 export type Who = 'local' | 'agent';
 
 /** The largest body the sidecar reads: an envelope the adapter could take at its default. */
 const MAX_BODY = DEFAULT_MAX_MESSAGE_BYTES;
-const json = { limit: MAX_BODY, parse: parseJson };
-const deliveryIds = {
-  limit: MAX_BODY,
-  parse: (b: Buffer) => parseDeliveryIds(b, { negativeToo: true }),
-};
 
 /** Room in an MCP request for the JSON-RPC around a tool's arguments (an envelope at most). */
 const MCP_FRAME_BYTES = 16_384;
 
 export function sidecarRoutes(
-  service: SidecarService,
+  api: AgentApi,
   gate: StartGate,
   metrics: { metrics(): Promise<string>; contentType: string },
   adapterUrl: string,
   /** Serves one MCP request (mcp-endpoint.ts): it writes the response itself. */
   mcp: McpHandler,
+  version: string,
 ): Route<Who, undefined>[] {
   return [
     route({
@@ -69,99 +67,11 @@ export function sidecarRoutes(
     }),
     route({
       method: 'GET',
-      path: '/v1/status',
+      path: '/openapi.json',
       who: 'local',
-      handler: () => ({ body: service.status() }),
+      handler: () => ({ body: sidecarOpenApiDocument(version) }),
     }),
-    route({
-      method: 'POST',
-      path: '/v1/emergency',
-      who: 'local',
-      body: json,
-      handler: ({ body }) => service.emergency(body),
-    }),
-    route({
-      method: 'POST',
-      path: '/v1/messages',
-      who: 'agent',
-      // the bytes too: a checked envelope goes on to the adapter as it came (service.send)
-      body: { limit: MAX_BODY, parse: (raw: Buffer) => ({ value: parseJson(raw), raw }) },
-      handler: ({ body }) => service.send(body.value, body.raw),
-    }),
-    route({
-      method: 'GET',
-      path: '/v1/inbox',
-      who: 'agent',
-      handler: ({ query, signal }) =>
-        service.inbox(
-          intParam(query, 'wait', 0, 0, MAX_WAIT_S),
-          intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX),
-          undefined,
-          signal,
-        ),
-    }),
-    route({
-      // acks carried on the poll (service.inbox): one request instead of two
-      method: 'POST',
-      path: '/v1/inbox',
-      who: 'agent',
-      body: deliveryIds,
-      handler: ({ query, body, signal }) =>
-        service.inbox(
-          intParam(query, 'wait', 0, 0, MAX_WAIT_S),
-          intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX),
-          body,
-          signal,
-        ),
-    }),
-    route({
-      method: 'POST',
-      path: '/v1/acks',
-      who: 'agent',
-      body: deliveryIds,
-      handler: ({ body }) => service.ack(body),
-    }),
-    route({
-      method: 'POST',
-      path: '/v1/nacks',
-      who: 'agent',
-      body: { limit: MAX_BODY, parse: (b: Buffer) => parseNack(b, { negativeToo: true }) },
-      handler: ({ body }) => service.nack(body),
-    }),
-    route({
-      method: 'POST',
-      path: '/v1/leases',
-      who: 'agent',
-      // the adapter holds extensions to its AGW_MAX_LEASE_MS; here only their shape is checked
-      body: {
-        limit: MAX_BODY,
-        parse: (b: Buffer) => parseLeaseExtension(b, SIDECAR_MAX_EXTEND_MS, { negativeToo: true }),
-      },
-      handler: ({ body }) => service.extendLeases(body),
-    }),
-    route({
-      method: 'GET',
-      path: '/v1/messages/:message_id',
-      who: 'agent',
-      handler: ({ params }) => service.messageStatus(params.message_id!),
-    }),
-    route({ method: 'GET', path: '/v1/me', who: 'agent', handler: () => service.me() }),
-    route({
-      method: 'GET',
-      path: '/v1/outbox/dead-letters',
-      who: 'local',
-      handler: ({ query }) =>
-        service.outboxDeadLetters(
-          intParam(query, 'after', 0, 0, Number.MAX_SAFE_INTEGER),
-          intParam(query, 'limit', PAGE_DEFAULT_LIMIT, 1, PAGE_MAX_LIMIT),
-        ),
-    }),
-    route({
-      method: 'POST',
-      path: '/v1/heartbeat',
-      who: 'agent',
-      handler: () => service.heartbeat(),
-    }),
+    ...OPERATION_LIST.map((op) => operationRoute(api, op)),
     route({
       // Streamable HTTP, stateless: GET and DELETE (a session's stream, its end) are 405 here
       method: 'POST',
@@ -173,16 +83,54 @@ export function sidecarRoutes(
         return undefined;
       },
     }),
-    route({
-      method: 'GET',
-      path: '/v1/channels/:name/messages',
-      who: 'agent',
-      handler: ({ params, query }) =>
-        service.readChannel(
-          params.name!,
-          intParam(query, 'after', 0, 0, Number.MAX_SAFE_INTEGER),
-          intParam(query, 'limit', PAGE_DEFAULT_LIMIT, 1, PAGE_MAX_LIMIT),
-        ),
-    }),
   ];
+}
+
+/**
+ * One operation as a route: its input gathered from the path, the query (each parameter within
+ * its declared bounds) and the checked body; its result answered with its status. The body's
+ * bytes go along too: a send passes a checked envelope on to the adapter as it came.
+ */
+function operationRoute(api: AgentApi, op: Operation): Route<Who, undefined> {
+  const body = BODIES[op.name];
+  const params = pathParams(op.path);
+  return route({
+    method: op.method,
+    path: op.path,
+    who: op.who,
+    ...(body === undefined
+      ? {}
+      : {
+          body: {
+            limit: MAX_BODY,
+            parse: (raw: Buffer) => ({ fields: body.parse(raw) as object, raw }),
+          },
+        }),
+    handler: async (call) => {
+      const input: Record<string, unknown> = { ...call.body?.fields };
+      for (const p of params) input[p] = call.params[p];
+      for (const q of op.query ?? [])
+        input[q.name] = intParam(call.query, q.name, q.default, q.min, q.max);
+      const run = api[op.name] as (i: unknown, o: object) => unknown;
+      const result = await run.call(api, input, {
+        signal: call.signal,
+        ...(call.body === undefined ? {} : { raw: call.body.raw }),
+      });
+      return answerOf(op.name, result as JsonText | Outputs[OperationName]);
+    },
+  });
+}
+
+/** A result as an HTTP answer: the adapter's JSON as it came, or the value; its status. */
+export function answerOf(name: OperationName, result: JsonText | Outputs[OperationName]): Answer {
+  if (result instanceof JsonText) return { status: result.status ?? 200, body: result.text };
+  return { status: statusOf(name, result), body: result };
+}
+
+/** The status a result is answered with: the usual one, or, for a send, what became of it. */
+function statusOf(name: OperationName, result: Outputs[OperationName]): number {
+  if (name !== 'send') return OPERATION_LIST.find((op) => op.name === name)!.statuses[0]!;
+  const sent = result as Outputs['send'];
+  if (sent.status === 'queued') return 202;
+  return sent.duplicate ? 200 : 201;
 }

@@ -11,6 +11,7 @@ import type { Emergencies } from '../journald/emergency.js';
 import { GatewayError } from '../protocol/errors.js';
 import { createServer, DEFAULT_LIMITS, type HttpShell } from '../protocol/http-server.js';
 import { RouteTable } from '../protocol/router.js';
+import { VERSION } from '../protocol/version.js';
 import { SidecarFile } from '../store/sidecar/sidecar-file.js';
 import { AdapterClient } from './adapter-client.js';
 import type { BackoffOptions } from './backoff.js';
@@ -147,7 +148,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     return (await endpoint)(req, res, body);
   };
   const table = new RouteTable<Who, undefined>(
-    sidecarRoutes(service, gate, metrics, settings.adapterUrl, mcp),
+    sidecarRoutes(service, gate, metrics, settings.adapterUrl, mcp, VERSION),
   );
 
   const guard = (who: Who, req: IncomingMessage): undefined => {

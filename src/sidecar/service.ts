@@ -1,18 +1,27 @@
 /**
- * The sidecar's operations, below its HTTP: send, inbox, ack, nack, heartbeat, channel replay,
- * emergency and status. The route table (routes.ts) maps HTTP onto these, and the MCP tools
- * (mcp-tools.ts) call the same methods. Each answers as the HTTP endpoint does (status, body,
- * Retry-After).
+ * The sidecar's operations, below its HTTP: the agent API (protocol/agent-api.ts declares each
+ * one), implemented here once. The routes (routes.ts) and the MCP tools (mcp-tools.ts) are
+ * rendered from the declarations onto these methods. Each returns its operation's result, or the
+ * adapter's JSON of it as it came (JsonText: the bytes are passed on, never parsed and written
+ * again), and throws a refusal as a GatewayError, the adapter's kept as it answered them.
  *
  * Sends go through the forwarder (breaker, outbox, drain). The inbox, acks, nacks, heartbeat and
  * replay go to the adapter with the agent's token, the inbox through inbox repair. Emergencies
  * go to journald and work with the adapter down.
  */
 import type { Emergencies } from '../journald/emergency.js';
-import type { Nack } from '../protocol/delivery-ids.js';
-import { EmergencyRequestSchema } from '../protocol/emergency-request.js';
+import {
+  type AgentApi,
+  type CallOptions,
+  type Inputs,
+  JsonText,
+  OPERATIONS,
+  type OperationName,
+  type Outputs,
+  type Result,
+} from '../protocol/agent-api.js';
 import { parseEnvelope } from '../protocol/envelope.js';
-import { GatewayError } from '../protocol/errors.js';
+import { errorFromAnswer, GatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
 import { MAX_WAIT_S } from '../protocol/limits.js';
 import type { Answer } from '../protocol/router.js';
@@ -39,7 +48,7 @@ export interface SidecarServiceOptions {
   readonly emergencies: Emergencies;
 }
 
-export class SidecarService {
+export class SidecarService implements AgentApi {
   readonly #o: SidecarServiceOptions;
 
   constructor(opts: SidecarServiceOptions) {
@@ -52,8 +61,9 @@ export class SidecarService {
    * which go on to the adapter as they are once the envelope is checked, rather than being
    * serialized again (the MCP tools pass none).
    */
-  async send(value: unknown, raw?: Buffer): Promise<Answer> {
-    let v = value;
+  async send(value: Inputs['send'], opts: CallOptions = {}): Promise<Result<'send'>> {
+    let v: unknown = value;
+    const raw = opts.raw;
     let bytes = raw;
     if (typeof v === 'object' && v !== null && !Array.isArray(v) && !('idempotency_key' in v)) {
       // time-ordered, so the adapter's key index stays local (bench/RESULTS.md, random keys)
@@ -72,10 +82,11 @@ export class SidecarService {
     }
     // the adapter hears an envelope without `sender`, as it always has: one that names it is
     // serialized again without it (rare: the field is optional and must be the agent anyway)
-    return this.#o.forwarder.send(
+    const answer = await this.#o.forwarder.send(
       v as Record<string, unknown> & { idempotency_key: string },
       envelope.sender === undefined ? bytes : undefined,
     );
+    return result<'send'>(answer);
   }
 
   /**
@@ -85,10 +96,23 @@ export class SidecarService {
    * the poll upstream with it, so the adapter leases nothing for an answer nobody would read
    * (a lease burns an attempt: four such, and the message is dead-lettered unseen).
    */
-  inbox(wait: number, max: number, ack?: readonly number[], signal?: AbortSignal): Promise<Answer> {
-    if (ack !== undefined) return this.#inboxAcking(wait, max, ack, signal);
-    return this.#o.repair.inbox(wait, max, (w, m) =>
-      this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w, signal),
+  async inbox(input: Inputs['inbox'], opts: CallOptions = {}): Promise<Result<'inbox'>> {
+    const { wait, max } = pollOf(input);
+    return result<'inbox'>(
+      await this.#o.repair.inbox(wait, max, (w, m) =>
+        this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w, opts.signal),
+      ),
+    );
+  }
+
+  /** POST /v1/inbox: the acks carried on the poll (#inboxAcking). */
+  async inboxAcking(
+    input: Inputs['inboxAcking'],
+    opts: CallOptions = {},
+  ): Promise<Result<'inboxAcking'>> {
+    const { wait, max } = pollOf(input);
+    return result<'inboxAcking'>(
+      await this.#inboxAcking(wait, max, input.delivery_ids, opts.signal),
     );
   }
 
@@ -97,67 +121,68 @@ export class SidecarService {
    * are remembered on disk before anything goes on, so a 2xx is never followed by the same
    * message handed over again, even after a SIGKILL (CONTRACT.md).
    */
-  ack(ids: readonly number[]): Promise<Answer> {
-    const { upstream, local, unknown } = this.#o.repair.acked(ids);
+  async ack(input: Inputs['ack']): Promise<Result<'ack'>> {
+    const { upstream, local, unknown } = this.#o.repair.acked(input.delivery_ids);
     this.#o.repair.persist();
-    return this.#settle('/v1/acks', upstream, { acked: local, unknown });
+    return result<'ack'>(await this.#settle('/v1/acks', upstream, { acked: local, unknown }));
   }
 
   /** Nacks: the sidecar's own copies are due again (or, retry false, dropped) here. */
-  nack(n: Nack): Promise<Answer> {
-    const { upstream, local, unknown, ignored } = this.#o.repair.nacked(n.ids, n.retry);
-    const extra = { retry: n.retry, ...(n.reason === null ? {} : { reason: n.reason }) };
-    return this.#settle('/v1/nacks', upstream, { nacked: local, ignored, unknown }, extra);
+  async nack(input: Inputs['nack']): Promise<Result<'nack'>> {
+    const retry = input.retry ?? true;
+    const { upstream, local, unknown, ignored } = this.#o.repair.nacked(input.delivery_ids, retry);
+    const extra = { retry, ...(input.reason === undefined ? {} : { reason: input.reason }) };
+    return result<'nack'>(
+      await this.#settle('/v1/nacks', upstream, { nacked: local, ignored, unknown }, extra),
+    );
   }
 
   /** The agent is still working on these: the adapter's leases and the sidecar's own copies'. */
-  async extendLeases(body: { ids: readonly number[]; extendMs: number }): Promise<Answer> {
-    const { upstream, local } = splitLocal(body.ids);
-    const leases = this.#o.repair.extended(local, body.extendMs);
+  async extendLeases(input: Inputs['extendLeases']): Promise<Result<'extendLeases'>> {
+    const { upstream, local } = splitLocal(input.delivery_ids);
+    const leases = this.#o.repair.extended(local, input.extend_ms);
     if (leases === undefined) {
       const gone = local.find((id) => !this.#o.repair.isLeasedCopy(id));
       throw new GatewayError('not_leased', `delivery ${gone} is not leased to the agent any more`, {
         field: 'delivery_ids',
       });
     }
-    if (upstream.length === 0) return { body: { leases } };
-    const json = JSON.stringify({ delivery_ids: upstream, extend_ms: body.extendMs });
-    const answer = await this.#call('POST', '/v1/leases', json);
-    if (answer.status !== 200 || leases.length === 0) return answer;
-    const merged = JSON.parse(answer.body as string) as { leases: unknown[] };
-    return { ...answer, body: { leases: [...merged.leases, ...leases] } };
+    if (upstream.length === 0) return { leases };
+    const json = JSON.stringify({ delivery_ids: upstream, extend_ms: input.extend_ms });
+    const answer = result<'extendLeases'>(await this.#call('POST', '/v1/leases', json));
+    if (leases.length === 0) return answer;
+    const merged = answer instanceof JsonText ? answer.value() : answer;
+    return { leases: [...merged.leases, ...leases] };
   }
 
   /** What became of a message the agent sent. */
-  messageStatus(messageId: string): Promise<Answer> {
-    return this.#call('GET', `/v1/messages/${encodeURIComponent(messageId)}`);
+  async messageStatus(input: Inputs['messageStatus']): Promise<Result<'messageStatus'>> {
+    const path = `/v1/messages/${encodeURIComponent(input.message_id)}`;
+    return result<'messageStatus'>(await this.#call('GET', path));
   }
 
   /** Who the agent is: its channels and their members, alerts_to, the adapter's limits. */
-  me(): Promise<Answer> {
-    return this.#call('GET', '/v1/me');
+  async me(): Promise<Result<'me'>> {
+    return result<'me'>(await this.#call('GET', '/v1/me'));
   }
 
-  heartbeat(): Promise<Answer> {
-    return this.#call('POST', '/v1/heartbeat', '{}');
+  async heartbeat(): Promise<Result<'heartbeat'>> {
+    return result<'heartbeat'>(await this.#call('POST', '/v1/heartbeat', '{}'));
   }
 
-  readChannel(name: string, after: number, limit: number): Promise<Answer> {
-    const path = `/v1/channels/${encodeURIComponent(name)}/messages?after=${after}&limit=${limit}`;
-    return this.#call('GET', path);
+  async readChannel(input: Inputs['readChannel']): Promise<Result<'readChannel'>> {
+    const { after, limit } = pageOf('readChannel', input);
+    const name = encodeURIComponent(input.channel);
+    const path = `/v1/channels/${name}/messages?after=${after}&limit=${limit}`;
+    return result<'readChannel'>(await this.#call('GET', path));
   }
 
-  /** One CRIT journald entry; past the emergency budget it is counted, not written. */
-  emergency(value: unknown): Answer {
-    const parsed = EmergencyRequestSchema.safeParse(value);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const field = issue?.path.map(String).join('.') || 'body';
-      throw new GatewayError('invalid_request', `${field}: ${issue?.message ?? 'invalid'}`, {
-        field,
-      });
-    }
-    const r = this.#o.emergencies.tryRaise(parsed.data, { explicit: true });
+  /**
+   * One CRIT journald entry; past the emergency budget it is counted, not written. The input is
+   * checked by its caller (the route's body check, the tool's arguments).
+   */
+  emergency(input: Inputs['emergency']): Outputs['emergency'] {
+    const r = this.#o.emergencies.tryRaise(input, { explicit: true });
     if (!r.written) {
       throw new GatewayError(
         'rate_limited',
@@ -166,24 +191,22 @@ export class SidecarService {
       );
     }
     return {
-      status: 202,
-      body: {
-        status: 'written',
-        ...(r.clipped ? { clipped: true } : {}),
-        // an automatic reason is the gateway's: written as manual, the one asked for kept
-        ...(r.requestedReason !== undefined
-          ? { reason: 'manual', requested_reason: r.requestedReason }
-          : {}),
-      },
+      status: 'written',
+      ...(r.clipped ? { clipped: true } : {}),
+      // an automatic reason is the gateway's: written as manual, the one asked for kept
+      ...(r.requestedReason !== undefined
+        ? { reason: 'manual' as const, requested_reason: r.requestedReason }
+        : {}),
     };
   }
 
   /** Queued messages the adapter refused for good, each with its answer: nothing is lost unseen. */
-  outboxDeadLetters(after: number, limit: number): Answer {
-    return { body: { dead_letters: this.#o.outbox.deadLetterPage(after, limit) } };
+  outboxDeadLetters(input: Inputs['outboxDeadLetters'] = {}): Outputs['outboxDeadLetters'] {
+    const { after, limit } = pageOf('outboxDeadLetters', input);
+    return { dead_letters: this.#o.outbox.deadLetterPage(after, limit) };
   }
 
-  status(): object {
+  status(): Outputs['status'] {
     const { client, outbox, breaker, gate } = this.#o;
     return {
       agent_id: this.#o.agentId,
@@ -283,6 +306,32 @@ export class SidecarService {
     }
     return { status: res.status, body: res.body, retryAfterS: res.retryAfterS };
   }
+}
+
+/**
+ * An answer of the adapter's (or of the sidecar's own making) as its operation's result: a 2xx's
+ * JSON text passed on as it came, an object as it is; a refusal thrown, as the adapter gave it.
+ */
+function result<N extends OperationName>(answer: Answer): Result<N> {
+  const status = answer.status ?? 200;
+  if (status >= 400) throw errorFromAnswer(status, answer.body, answer.retryAfterS);
+  if (typeof answer.body === 'string') return new JsonText<Outputs[N]>(answer.body, status);
+  return answer.body as Outputs[N];
+}
+
+/** A poll's wait and max, their declared defaults where the caller left them out. */
+function pollOf(input: { wait?: number; max?: number }): { wait: number; max: number } {
+  const [wait, max] = OPERATIONS.inbox.query;
+  return { wait: input.wait ?? wait.default, max: input.max ?? max.default };
+}
+
+/** A page's after and limit, their declared defaults where the caller left them out. */
+function pageOf(
+  name: 'readChannel' | 'outboxDeadLetters',
+  input: { after?: number; limit?: number },
+): { after: number; limit: number } {
+  const [after, limit] = OPERATIONS[name].query;
+  return { after: input.after ?? after.default, limit: input.limit ?? limit.default };
 }
 
 /** `into`'s id lists with `mine`'s added to the lists of the same name. */

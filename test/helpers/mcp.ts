@@ -115,6 +115,12 @@ export async function expectAnnotations(client: Client): Promise<void> {
     }),
   );
   expect(got).toEqual(ANNOTATIONS);
+  // each declares its answer (CONTRACT.md): the SDK's client holds every structuredContent to it,
+  // errors too, so the tests that call a tool check each answer against its schema
+  for (const t of tools) {
+    expect(t.outputSchema, t.name).toMatchObject({ type: 'object' });
+    expect((t.outputSchema as { anyOf?: unknown[] }).anyOf?.length, t.name).toBeGreaterThan(1);
+  }
 }
 
 /**

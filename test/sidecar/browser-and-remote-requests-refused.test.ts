@@ -58,7 +58,7 @@ function raw(
 /** Every route of the sidecar's table, its parameters filled (the table is read, not served). */
 function everyRoute(): { method: string; path: string }[] {
   const none = undefined as never;
-  return sidecarRoutes(none, none, none, '', none).map((r) => ({
+  return sidecarRoutes(none, none, none, '', none, '0.0.0').map((r) => ({
     method: r.method,
     path: r.path.replace(/:[a-z_]+/g, 'x'),
   }));

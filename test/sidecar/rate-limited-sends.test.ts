@@ -14,6 +14,7 @@ import { JournalWriter } from '../../src/journald/writer.js';
 import { type Sidecar, startSidecar } from '../../src/sidecar/server.js';
 import { SidecarSettingsSchema } from '../../src/sidecar/settings.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { httpAnswer } from '../helpers/answer.js';
 import { call, type Json } from '../helpers/http.js';
 import { tempDir, tokenOf } from '../helpers/topology.js';
 import { until } from '../helpers/wait.js';
@@ -77,8 +78,10 @@ it('queues the sends past the rate and delivers all of them once, in send order,
 
   const answers: number[] = [];
   for (let n = 0; n < 3 * BURST; n++) {
-    const a = await sidecar.service.send({ to: '@qa', kind: 'status', payload: { n } });
-    answers.push(a.status ?? 200);
+    const a = await httpAnswer('send', () =>
+      sidecar.service.send({ to: '@qa', kind: 'status', payload: { n } }),
+    );
+    answers.push(a.status);
   }
   // the bucket's burst goes through (one more if a token came back meanwhile: 5 a second);
   // from the first 429 on, every send waits in the outbox behind it, in order

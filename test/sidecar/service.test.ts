@@ -8,6 +8,7 @@ import { request } from 'node:http';
 import { afterEach, expect, it } from 'vitest';
 import type { Sidecar } from '../../src/sidecar/server.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
+import { httpAnswer } from '../helpers/answer.js';
 import { call, type Json } from '../helpers/http.js';
 import { startTestSidecar } from '../helpers/sidecar.js';
 import { until } from '../helpers/wait.js';
@@ -29,31 +30,35 @@ it('send, inbox and ack are operations of their own, answered as the HTTP API an
   const pm = await sidecarFor('pm', adapter);
   const qa = await sidecarFor('qa', adapter);
 
-  const sent = await pm.service.send({
-    to: 'product',
-    kind: 'task/request',
-    payload: { task_id: 'T-1', description: 'below the HTTP' },
-  });
+  const sent = await httpAnswer('send', () =>
+    pm.service.send({
+      to: 'product',
+      kind: 'task/request',
+      payload: { task_id: 'T-1', description: 'below the HTTP' },
+    }),
+  );
   expect(sent.status).toBe(201);
-  const ack = JSON.parse(sent.body as string);
+  const ack = sent.body;
   expect(ack).toMatchObject({ status: 'delivered', channel: 'product', channel_sequence_id: 1 });
   expect(ack.idempotency_key).toMatch(/^[0-9a-f-]{36}$/); // made for the caller
 
-  const inbox = await qa.service.inbox(5, 10);
-  const { deliveries } = JSON.parse(inbox.body as string);
+  const inbox = await httpAnswer('inbox', () => qa.service.inbox({ wait: 5, max: 10 }));
+  const { deliveries } = inbox.body;
   expect(deliveries).toHaveLength(1);
   expect(deliveries[0].message).toMatchObject({
     message_id: ack.message_id,
     sender: 'pm',
     payload: { task_id: 'T-1' },
   });
-  const acked = await qa.service.ack([deliveries[0].delivery_id]);
-  expect(JSON.parse(acked.body as string)).toEqual({
+  const acked = await httpAnswer('ack', () =>
+    qa.service.ack({ delivery_ids: [deliveries[0].delivery_id] }),
+  );
+  expect(acked.body).toEqual({
     acked: [deliveries[0].delivery_id],
     dead_lettered: [],
     unknown: [],
   });
-  expect(JSON.parse((await qa.service.inbox(0, 10)).body as string).deliveries).toEqual([]);
+  expect((await httpAnswer('inbox', () => qa.service.inbox({}))).body.deliveries).toEqual([]);
 
   // a bad envelope is refused by the operation itself, naming the field
   await expect(pm.service.send({ to: 'product', kind: 'task/request' })).rejects.toMatchObject({
@@ -76,13 +81,15 @@ it('sends that arrive together travel in few requests, each answered as if alone
   // 30 sends in one turn; the 8th to a channel qa is not a member of
   const answers = await Promise.all(
     Array.from({ length: 30 }, (_, n) =>
-      qa.service.send({ to: n === 7 ? 'platform' : 'product', kind: 'status', payload: { n } }),
+      httpAnswer('send', () =>
+        qa.service.send({ to: n === 7 ? 'platform' : 'product', kind: 'status', payload: { n } }),
+      ),
     ),
   );
   const requests = (await batches()) - before;
   expect(requests).toBeGreaterThanOrEqual(1);
   expect(requests).toBeLessThanOrEqual(5); // not 30: two go at once, the rest wait together
-  const bodies = answers.map((a) => JSON.parse(a.body as string) as Json);
+  const bodies = answers.map((a) => a.body as Json);
   expect(answers[7]!.status).toBe(403);
   expect(bodies[7]).toMatchObject({ error: 'not_member', field: 'to' });
   const delivered = answers.filter((_, n) => n !== 7);
@@ -108,17 +115,18 @@ it('with the adapter gone, a send is queued and the status says so', async () =>
   const adapter = await startTestAdapter();
   const pm = await sidecarFor('pm', adapter);
   await adapter.stop();
-  const answer = await pm.service.send({ to: '@qa', kind: 'status', payload: { n: 1 } });
+  const send = (envelope: Json) => httpAnswer('send', () => pm.service.send(envelope));
+  const answer = await send({ to: '@qa', kind: 'status', payload: { n: 1 } });
   expect(answer.status).toBe(202);
   expect(answer.body).toMatchObject({ status: 'queued', outbox_depth: 1 });
   expect(pm.service.status()).toMatchObject({ outbox: { depth: 1 }, ready: true });
   // while queued, the same key is the same message again, or a 409 for another one
   const key = '0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11';
   const first = { idempotency_key: key, to: '@qa', kind: 'status', payload: { n: 2, m: 3 } };
-  expect((await pm.service.send(first)).status).toBe(202);
-  const again = await pm.service.send({ ...first, payload: { m: 3, n: 2 } }); // keys reordered
+  expect((await send(first)).status).toBe(202);
+  const again = await send({ ...first, payload: { m: 3, n: 2 } }); // keys reordered
   expect([again.status, again.body]).toEqual([202, expect.objectContaining({ outbox_depth: 2 })]);
-  const other = await pm.service.send({ ...first, payload: { n: 99 } });
+  const other = await send({ ...first, payload: { n: 99 } });
   expect([other.status, (other.body as Json).error]).toEqual([409, 'idempotency_conflict']);
   expect(pm.service.status()).toMatchObject({ outbox: { depth: 2 } });
 });
@@ -128,27 +136,35 @@ it("passes the agent's lease extensions, rejections, status questions and whoami
   stops.push(adapter.stop);
   const pm = await sidecarFor('pm', adapter);
   const qa = await sidecarFor('qa', adapter);
-  const sent = JSON.parse(
-    (await pm.service.send({ to: '@qa', kind: 'task/cancel', payload: { task_id: 'T-9' } }))
-      .body as string,
+  const sent = (
+    await httpAnswer('send', () =>
+      pm.service.send({ to: '@qa', kind: 'task/cancel', payload: { task_id: 'T-9' } }),
+    )
+  ).body;
+  const [d] = (await httpAnswer('inbox', () => qa.service.inbox({ wait: 5, max: 1 }))).body
+    .deliveries;
+  const extended = await httpAnswer('extendLeases', () =>
+    qa.service.extendLeases({ delivery_ids: [d.delivery_id], extend_ms: 120_000 }),
   );
-  const [d] = JSON.parse((await qa.service.inbox(5, 1)).body as string).deliveries;
-  const extended = await qa.service.extendLeases({ ids: [d.delivery_id], extendMs: 120_000 });
   expect(extended.status).toBe(200);
-  const lease = JSON.parse(extended.body as string).leases[0];
+  const lease = extended.body.leases[0];
   expect(lease.delivery_id).toBe(d.delivery_id);
   expect(Date.parse(lease.lease_expires_at)).toBeGreaterThan(Date.parse(d.lease_expires_at));
 
-  const nacked = await qa.service.nack({ ids: [d.delivery_id], retry: false, reason: 'no T-9' });
-  expect(JSON.parse(nacked.body as string)).toMatchObject({ nacked: [d.delivery_id] });
-  const status = JSON.parse((await pm.service.messageStatus(sent.message_id)).body as string);
+  const nacked = await httpAnswer('nack', () =>
+    qa.service.nack({ delivery_ids: [d.delivery_id], retry: false, reason: 'no T-9' }),
+  );
+  expect(nacked.body).toMatchObject({ nacked: [d.delivery_id] });
+  const question = { message_id: sent.message_id };
+  const status = (await httpAnswer('messageStatus', () => pm.service.messageStatus(question))).body;
   expect(status.recipients).toEqual([
     { agent: 'qa', state: 'dead_letter', attempts: 1, reason: 'rejected', note: 'no T-9' },
   ]);
   // qa did not send it: the adapter refuses qa's question, and the sidecar passes that on
-  expect((await qa.service.messageStatus(sent.message_id)).status).toBe(403);
+  const refused = await httpAnswer('messageStatus', () => qa.service.messageStatus(question));
+  expect([refused.status, refused.body.error]).toEqual([403, 'not_your_message']);
 
-  const me = JSON.parse((await qa.service.me()).body as string);
+  const me = (await httpAnswer('me', () => qa.service.me())).body;
   expect(me.agent).toBe('qa');
   expect(me.channels.map((c: { name: string }) => c.name).sort()).toEqual([
     'all-agents',
@@ -228,14 +244,14 @@ it('sends complete while 20 long polls are parked, and the breaker stays closed'
   const qa = await sidecarFor('qa', adapter);
   // 20 polls of qa's, each waiting 25 s at the adapter (nothing is coming for qa): more than a
   // pool of connections holds, and far longer than a send's 10 s deadline
-  const polls = Array.from({ length: 20 }, () => qa.service.inbox(25, 1));
+  const polls = Array.from({ length: 20 }, () => qa.service.inbox({ wait: 25, max: 1 }));
   await until(async () => {
     const m = await call(adapter.url, 'GET', '/metrics');
     return Number(/agw_commit_messages_count (\d+)/.exec(m.body)?.[1] ?? 0) > 0;
   }, "the adapter's first commit in its metrics");
   const sends = await Promise.all(
     Array.from({ length: 20 }, (_, n) =>
-      qa.service.send({ to: 'product', kind: 'status', payload: { n } }),
+      httpAnswer('send', () => qa.service.send({ to: 'product', kind: 'status', payload: { n } })),
     ),
   );
   // every one delivered, none queued behind the polls for want of a connection
@@ -258,8 +274,8 @@ it("keeps the agent's emergencies to one budget whatever the reason: past it 429
   const answers: { status: number; retryAfterS?: number; code?: string }[] = [];
   for (let i = 0; i < 200; i++) {
     try {
-      const a = pm.service.emergency({ reason: `reason_${i}`, message: 'help', fields: big });
-      answers.push({ status: a.status ?? 200 });
+      pm.service.emergency({ reason: `reason_${i}`, message: 'help', fields: big });
+      answers.push({ status: 202 });
     } catch (err) {
       const e = err as { status: number; code: string; retryAfterS?: number };
       answers.push({ status: e.status, code: e.code, retryAfterS: e.retryAfterS });
@@ -276,11 +292,12 @@ it('passes a budget refusal (422) back to the agent and never queues it', async 
   const adapter = await startTestAdapter({ threadBudget: '1' });
   stops.push(adapter.stop);
   const pm = await sidecarFor('pm', adapter);
-  const root = JSON.parse((await pm.service.send({ to: '@qa', kind: 'status' })).body as string);
+  const send = (envelope: Json) => httpAnswer('send', () => pm.service.send(envelope));
+  const root = (await send({ to: '@qa', kind: 'status' })).body;
   expect(root).toMatchObject({ status: 'delivered', thread_id: root.message_id, hop: 0 });
   // the thread holds its root: any reply of an agent passes AGW_THREAD_BUDGET=1
-  const refused = await pm.service.send({ to: '@qa', kind: 'status', reply_to: root.message_id });
+  const refused = await send({ to: '@qa', kind: 'status', reply_to: root.message_id });
   expect(refused.status).toBe(422);
-  expect(JSON.parse(refused.body as string)).toMatchObject({ error: 'thread_budget_exceeded' });
+  expect(refused.body).toMatchObject({ error: 'thread_budget_exceeded' });
   expect(pm.service.status()).toMatchObject({ outbox: { depth: 0, dead_letters: 0 } });
 });
