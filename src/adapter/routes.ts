@@ -19,11 +19,13 @@ import {
   pageBudget,
 } from '../protocol/limits.js';
 import { type Route, route } from '../protocol/router.js';
+import { VERSION } from '../protocol/version.js';
 import { deadLetterIdOf } from '../protocol/wire.js';
 import type { DeliveryService } from './delivery.js';
 import { postBatch, postMessage, readChannel, type WriteContext } from './messages.js';
 import type { AdapterMetrics } from './metrics.js';
 import { AgentSlots, pageParts, type ResponseBudget } from './response-budget.js';
+import { adapterOpenApiDocument } from './route-docs.js';
 import type { Topology } from './topology.js';
 
 export type Who = 'public' | 'agent' | 'alerts_to';
@@ -160,6 +162,12 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
         body: await metrics.registry.metrics(),
         contentType: metrics.registry.contentType,
       }),
+    }),
+    route({
+      method: 'GET',
+      path: '/openapi.json',
+      who: 'public',
+      handler: () => ({ body: adapterOpenApiDocument(VERSION) }),
     }),
     route({
       method: 'POST',

@@ -1,0 +1,342 @@
+/**
+ * The adapter's OpenAPI document (GET /openapi.json): every route of routes.ts. The paths it
+ * shares with the sidecar reuse the agent operations' declarations (agent-api.ts) and schemas,
+ * with the adapter's differences: a bearer token, the adapter's own (positive) delivery ids, a
+ * send answered only once stored (no outbox) and whose envelope carries its idempotency key.
+ * test/protocol/openapi-documents-lint.test.ts holds it to the route table.
+ */
+import { z } from 'zod';
+import { OPERATIONS, type Operation, type QueryParam } from '../protocol/agent-api.js';
+import { MessageSchema } from '../protocol/agent-schemas.js';
+import { deliveryIdsSchema, leaseExtensionSchema, nackSchema } from '../protocol/delivery-ids.js';
+import { EnvelopeSchema } from '../protocol/envelope.js';
+import type { ErrorCode } from '../protocol/errors.js';
+import { DEFAULT_MAX_LEASE_MS, MAX_BATCH, PAGE_MAX_LIMIT } from '../protocol/limits.js';
+import { agentDocOperation, type DocOperation, openApiDocument } from '../protocol/openapi.js';
+import { PRIORITIES } from '../protocol/priority.js';
+import type { DeadLetterReason } from '../store/store.js';
+
+const time = z.string().describe('an ISO 8601 time, UTC');
+const status = (value: string) => z.looseObject({ status: z.literal(value) });
+
+/** The envelope as the adapter takes it: the idempotency key is the sender's to set. */
+const Envelope = EnvelopeSchema.extend({
+  payload: EnvelopeSchema.shape.payload
+    .unwrap()
+    .meta({ type: 'object', description: 'a JSON object; {} when left out' })
+    .optional(),
+});
+
+/** A stored send's acknowledgement: what the adapter assigned, and whether it was a repeat. */
+const Ack = z.looseObject({
+  message_id: z.string().describe('a UUIDv7'),
+  channel: z.string(),
+  channel_sequence_id: z.int().min(1),
+  timestamp_iso8601: time,
+  idempotency_key: z.string(),
+  priority: z.enum(PRIORITIES),
+  thread_id: z.string().describe('the message_id of the thread it joined, or its own'),
+  hop: z.int().min(0),
+  duplicate: z.boolean().describe('true for a repeat of a stored idempotency key'),
+});
+
+const BatchResult = z.union([
+  Ack.extend({ status: z.literal([201, 200]) }),
+  z
+    .looseObject({
+      status: z.int().min(400),
+      error: z.string().describe('the error code (docs/reference/errors.md)'),
+      message: z.string(),
+      field: z.string().optional(),
+      retry_after_s: z.number().optional().describe('what a single send would get as Retry-After'),
+    })
+    .describe('An envelope refused on its own'),
+]);
+
+const nextAfter = z.int().nullable().describe('the `after` of the next page; null once empty');
+
+const DEAD_LETTER_REASONS = [
+  'lease_expired',
+  'nacked',
+  'rejected',
+  'evicted',
+  'queue_full',
+  'integrity',
+] as const satisfies readonly DeadLetterReason[];
+
+const DeadLetter = z.looseObject({
+  id: z.int().min(1),
+  reason: z.enum(DEAD_LETTER_REASONS),
+  note: z.string().nullable().describe("the agent's reason when it rejected the message"),
+  attempts: z.int().min(0),
+  recipient: z.string(),
+  dead_lettered_at: time,
+  replay_delivery_id: z.int().nullable(),
+  message: MessageSchema.nullable().describe(
+    'null for `integrity`: corrupt bytes are never served',
+  ),
+});
+
+const limit = OPERATIONS.readChannel.query.find((q) => q.name === 'limit')!;
+const cursor: QueryParam = {
+  name: 'after',
+  min: 0,
+  max: Number.MAX_SAFE_INTEGER,
+  default: 0,
+  description: 'the `next_after` of the page before, an opaque cursor (0: from the start)',
+};
+
+/** Codes of the agent operations that only the sidecar answers (it has an outbox, and an upstream). */
+const SIDECAR_ONLY = new Set<ErrorCode>(['adapter_unreachable', 'outbox_full']);
+
+/** An agent operation at the adapter: an agent's token, the sidecar's own codes left out. */
+function shared(op: Operation): DocOperation {
+  return {
+    ...agentDocOperation(op),
+    auth: true,
+    errors: op.errors.filter((code) => !SIDECAR_ONLY.has(code)),
+  };
+}
+
+const CHANNEL = 'A channel the agent is a member of, or `@<agent>` for its own direct messages.';
+const STORE: readonly ErrorCode[] = ['overloaded', 'storage_error'];
+const PAGED: readonly ErrorCode[] = ['invalid_request', 'too_many_reads', ...STORE];
+
+const ROUTES: readonly DocOperation[] = [
+  {
+    method: 'GET',
+    path: '/healthz',
+    operationId: 'healthz',
+    summary: 'Liveness',
+    description: 'The process is up.',
+    tag: 'operations',
+    auth: false,
+    responses: [{ status: 200, description: 'Up.', schema: status('ok') }],
+    errors: [],
+  },
+  {
+    method: 'GET',
+    path: '/health',
+    operationId: 'health',
+    summary: 'Readiness',
+    description:
+      "200 once the store is open and its first sweep done; 503 before that, during shutdown, for good once the start's integrity check found a problem, and while writes keep failing on the storage. A storage bound reached (`storage_full`) leaves it as it is.",
+    tag: 'operations',
+    auth: false,
+    responses: [{ status: 200, description: 'Ready.', schema: status('ready') }],
+    errors: ['not_ready'],
+  },
+  {
+    method: 'GET',
+    path: '/metrics',
+    operationId: 'metrics',
+    summary: 'Prometheus metrics',
+    description: "The adapter's metrics in Prometheus text format (version 0.0.4).",
+    tag: 'operations',
+    auth: false,
+    responses: [
+      { status: 200, description: 'The metrics.', schema: z.string(), contentType: 'text/plain' },
+    ],
+    errors: [],
+  },
+  {
+    method: 'GET',
+    path: '/openapi.json',
+    operationId: 'openapi',
+    summary: 'This document',
+    description: "The adapter's HTTP API as an OpenAPI 3.1 document; no token needed.",
+    tag: 'operations',
+    auth: false,
+    responses: [
+      {
+        status: 200,
+        description: 'The document.',
+        schema: z.looseObject({ openapi: z.string() }).describe('An OpenAPI 3.1 document'),
+      },
+    ],
+    errors: [],
+  },
+  {
+    ...shared(OPERATIONS.send),
+    description:
+      'Persists one message, then acknowledges it: 201 with the fields the adapter assigned; 200 with `duplicate` true for a repeat of a stored idempotency key (nothing new is stored). Refused with nothing stored otherwise.',
+    body: Envelope,
+    responses: [
+      { status: 201, description: 'Stored.', schema: Ack },
+      {
+        status: 200,
+        description: 'Stored before: a repeat of a stored idempotency key (`duplicate` true).',
+        schema: Ack,
+      },
+    ],
+  },
+  {
+    method: 'POST',
+    path: '/v1/messages/batch',
+    operationId: 'sendBatch',
+    summary: 'Send messages in one request',
+    description: `1 to ${MAX_BATCH} envelopes, each answered as it would have been alone, in order; the accepted ones committed in one transaction. Past the send rate, the first envelope refused and every one after it are answered 429 \`rate_limited\`, so that a client sending the rest again keeps their order. 200 whenever the batch itself is well-formed.`,
+    tag: 'messages',
+    auth: true,
+    body: z.object({ messages: z.array(Envelope).min(1).max(MAX_BATCH) }),
+    responses: [
+      {
+        status: 200,
+        description: "Each envelope's result, in order.",
+        schema: z.looseObject({ results: z.array(BatchResult) }),
+      },
+    ],
+    errors: ['invalid_json', 'invalid_request', 'storage_full', ...STORE],
+  },
+  {
+    ...shared(OPERATIONS.readChannel),
+    path: '/v1/channels/:name/messages',
+    pathParams: { name: CHANNEL },
+  },
+  shared(OPERATIONS.inbox),
+  { ...shared(OPERATIONS.inboxAcking), body: deliveryIdsSchema() },
+  {
+    ...shared(OPERATIONS.ack),
+    description:
+      'Done with these deliveries: never handed over again. Ids the agent does not hold (acked already, or another agent’s) are listed as unknown.',
+    body: deliveryIdsSchema(),
+  },
+  { ...shared(OPERATIONS.nack), body: nackSchema() },
+  {
+    ...shared(OPERATIONS.extendLeases),
+    description: `${OPERATIONS.extendLeases.description} The most \`extend_ms\` shown is AGW_MAX_LEASE_MS's default, ${DEFAULT_MAX_LEASE_MS} ms; the adapter's setting rules.`,
+    body: leaseExtensionSchema(DEFAULT_MAX_LEASE_MS),
+  },
+  shared(OPERATIONS.messageStatus),
+  {
+    method: 'GET',
+    path: '/v1/threads/:thread_id/messages',
+    operationId: 'readThread',
+    summary: "Read a thread's messages",
+    description: `For the alerts_to agent: every message of a thread, whatever its channel, in commit order (the operator's view of a conversation). Pass \`next_after\` back as \`after\` until a page comes back empty; a page ends early at AGW_MAX_PAGE_BYTES. An unknown thread is an empty page. At most ${PAGE_MAX_LIMIT} messages a page.`,
+    tag: 'messages',
+    auth: true,
+    pathParams: { thread_id: "The thread's id: the message_id of its first message." },
+    query: [cursor, limit],
+    responses: [
+      {
+        status: 200,
+        description: 'A page of the thread.',
+        schema: z.looseObject({ messages: z.array(MessageSchema), next_after: nextAfter }),
+      },
+    ],
+    errors: ['not_alerts_agent', ...PAGED],
+  },
+  shared(OPERATIONS.me),
+  shared(OPERATIONS.heartbeat),
+  {
+    method: 'GET',
+    path: '/v1/agents',
+    operationId: 'agents',
+    summary: "Every agent's state",
+    description:
+      'For the alerts_to agent: each agent of the topology, its role, its last contact and its queue.',
+    tag: 'agents',
+    auth: true,
+    responses: [
+      {
+        status: 200,
+        description: 'The agents.',
+        schema: z.looseObject({
+          agents: z.array(
+            z.looseObject({
+              id: z.string(),
+              role: z.string().nullable(),
+              last_seen: time.nullable(),
+              queue_depth: z.int().min(0),
+              critical_depth: z.int().min(0),
+            }),
+          ),
+        }),
+      },
+    ],
+    errors: ['not_alerts_agent', ...STORE],
+  },
+  {
+    method: 'GET',
+    path: '/v1/dead-letters',
+    operationId: 'deadLetters',
+    summary: 'The dead letters',
+    description:
+      'For the alerts_to agent: deliveries that were given up, oldest first, each with its reason and its message. A page ends early at AGW_MAX_PAGE_BYTES; pass `next_after` back as `after`.',
+    tag: 'dead-letters',
+    auth: true,
+    query: OPERATIONS.outboxDeadLetters.query,
+    responses: [
+      {
+        status: 200,
+        description: 'A page of the dead letters.',
+        schema: z.looseObject({ dead_letters: z.array(DeadLetter), next_after: nextAfter }),
+      },
+    ],
+    errors: ['not_alerts_agent', ...PAGED],
+  },
+  {
+    method: 'POST',
+    path: '/v1/dead-letters/:id/replay',
+    operationId: 'replayDeadLetter',
+    summary: 'Replay a dead letter',
+    description:
+      'For the alerts_to agent: a fresh delivery of the message to the same recipient, attempts reset. Replaying it again creates nothing and answers the same delivery_id.',
+    tag: 'dead-letters',
+    auth: true,
+    pathParams: { id: "The dead letter's id (digits)." },
+    responses: [
+      {
+        status: 201,
+        description: 'Replayed (`replayed` true).',
+        schema: z.looseObject({ delivery_id: z.int().min(1), replayed: z.boolean() }),
+      },
+      {
+        status: 200,
+        description: 'Replayed before (`replayed` false): its delivery.',
+        schema: z.looseObject({ delivery_id: z.int().min(1), replayed: z.boolean() }),
+      },
+    ],
+    errors: ['not_alerts_agent', 'not_found', 'unknown_dead_letter', ...STORE],
+  },
+];
+
+/**
+ * What every request to the adapter may be answered, beside an operation's own errors: a bug;
+ * with a token, the adapter starting or stopping; a POST that is not JSON; a body past its bound.
+ */
+function withEveryCall(op: DocOperation): DocOperation {
+  const more: ErrorCode[] = ['internal'];
+  if (op.auth) more.push('not_ready', 'shutting_down');
+  if (op.method === 'POST') more.push('not_json');
+  if (op.body !== undefined) more.push('payload_too_large');
+  return { ...op, errors: [...new Set([...op.errors, ...more])] };
+}
+
+const documents = new Map<string, Record<string, unknown>>();
+
+/** The document for this package version, made once: it never changes while the adapter runs. */
+export function adapterOpenApiDocument(version: string): Record<string, unknown> {
+  let doc = documents.get(version);
+  if (doc === undefined) {
+    doc = openApiDocument(
+      {
+        title: 'agent-gateway adapter',
+        version,
+        description:
+          "The central adapter (CONTRACT.md, docs/reference/adapter-api.md): it stores each message durably, fans it out to its channel's members, and hands each recipient its deliveries in order under a lease. Every /v1 endpoint takes an agent's bearer token; a POST with a body is `Content-Type: application/json`.",
+        servers: [
+          {
+            url: 'http://agent-gateway-adapter:8080',
+            description:
+              "The adapter's Service in the Kubernetes manifests (k8s/base/adapter.yaml).",
+          },
+        ],
+      },
+      ROUTES.map(withEveryCall),
+    );
+    documents.set(version, doc);
+  }
+  return doc;
+}
