@@ -1,10 +1,10 @@
 /**
- * Retention: messages older than AGW_RETENTION_DAYS go, with their deliveries, dead letters
- * and idempotency keys, except the contract kinds (kept indefinitely: the audit trail, seed 000
- * "Retention policy"; or for AGW_RETENTION_KEEP_DAYS when an operator sets it) and messages a
- * delivery still waits for. Runs at start and hourly, in
- * groups of 200 messages, each its own small transaction through the group commit, so a request
- * never waits behind more than one of them (a few milliseconds).
+ * Retention: messages older than AGW_RETENTION_DAYS go, with their deliveries, dead letters and
+ * idempotency keys, except the contract kinds (kept indefinitely: the audit trail,
+ * docs/reference/configuration.md, AGW_RETENTION_KEEP_KINDS; or for AGW_RETENTION_KEEP_DAYS when an
+ * operator sets it) and messages a delivery still waits for. Runs at start and hourly, in groups of
+ * 200 messages, each its own small transaction through the group commit, so a request never waits
+ * behind more than one of them (a few milliseconds).
  */
 import type { Logger } from 'pino';
 import type { GroupCommit } from './group-commit.js';

@@ -1,11 +1,11 @@
 /**
- * Per-sender send rates (CONTRACT.md, AGW_SEND_RATE and AGW_SEND_BURST; docs/design/threads.md,
- * "Rates"): a token bucket per sender, in this adapter's memory. Each envelope that passes
- * validation takes one token; a repeat of a stored key takes none (messages.ts asks the store
- * first). Past the bucket: 429 `rate_limited` with Retry-After, the whole seconds until the next
- * token. The buckets are per adapter: with several adapters each keeps its own, so a sender
- * spread over N of them gets up to N times its rate. That is the price of keeping shared state
- * off the hot path, and the bound still holds per adapter.
+ * Per-sender send rates (docs/reference/configuration.md, AGW_SEND_RATE and AGW_SEND_BURST;
+ * docs/design/threads.md, "Rates"): a token bucket per sender, in this adapter's memory. Each
+ * envelope that passes validation takes one token; a repeat of a stored key takes none (messages.ts
+ * asks the store first). Past the bucket: 429 `rate_limited` with Retry-After, the whole seconds
+ * until the next token. The buckets are per adapter: with several adapters each keeps its own, so a
+ * sender spread over N of them gets up to N times its rate. That is the price of keeping shared
+ * state off the hot path, and the bound still holds per adapter.
  *
  * Senders are the topology's agents (authenticated; the adapter's own alerts never pass here),
  * so the buckets are a handful of numbers each and never grow past the topology.

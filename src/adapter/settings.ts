@@ -1,6 +1,6 @@
 /**
- * The adapter's settings (CONTRACT.md, "Adapter settings"), each with its AGW_* variable and
- * default. docs/reference/configuration.md describes them for operators.
+ * The adapter's settings, each with its AGW_* variable and default.
+ * docs/reference/configuration.md ("`agent-gateway adapter`") describes them for operators.
  */
 import { z } from 'zod';
 import {
@@ -52,7 +52,7 @@ export const ADAPTER_SETTINGS = {
   sendBurst: { env: 'AGW_SEND_BURST', default: String(DEFAULT_SEND_RATE.burst) },
   /**
    * The deepest reply chain: a reply whose hop would pass it is refused (422
-   * hop_budget_exceeded). Default 8 (seed 002: "16 peer messages or 8 hops").
+   * hop_budget_exceeded). Default 8 (docs/reference/configuration.md, AGW_HOP_BUDGET).
    */
   hopBudget: { env: 'AGW_HOP_BUDGET', default: String(DEFAULT_BUDGETS.hops) },
   /**

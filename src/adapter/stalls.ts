@@ -1,8 +1,8 @@
 /**
- * Stalled agents (CONTRACT.md, "Alerts"): an agent whose queue holds a ready delivery and that
- * has not polled for AGW_STALL_S is stalled. The adapter tells alerts_to (`alert/stalled`, payload
- * `{ reason, recipient, pending, last_poll }`) and writes a CRIT entry (reason `stalled`), once
- * per stall: a new stall of the same agent begins only after it polled again. A consumer that
+ * Stalled agents (docs/design/delivery.md, "Alerts"): an agent whose queue holds a ready delivery
+ * and that has not polled for AGW_STALL_S is stalled. The adapter tells alerts_to (`alert/stalled`,
+ * payload `{ reason, recipient, pending, last_poll }`) and writes a CRIT entry (reason `stalled`),
+ * once per stall: a new stall of the same agent begins only after it polled again. A consumer that
  * stopped silently is what users of comparable systems miss most (NATS, Dapr issues).
  *
  * What counts as polling: a GET /v1/inbox (while one is parked, the agent is polling), and an
@@ -27,7 +27,7 @@ import type { Store } from '../store/store.js';
 import type { AdapterEventMap } from './events.js';
 import type { GroupCommit } from './group-commit.js';
 
-/** The alert's payload (CONTRACT.md, "Alerts"). */
+/** The alert's payload (docs/design/delivery.md, "Alerts"). */
 export interface StalledPayload {
   readonly reason: 'stalled';
   readonly recipient: string;

@@ -1,7 +1,7 @@
 /**
  * The topology file: agents with their token hashes, static channels with their members, and the
  * agent that receives alerts. Validated whole at start; membership is fixed until a restart
- * (seed 000, "Membership is static").
+ * (docs/reference/configuration.md, "Topology file").
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 /**
- * The agent-gateway command: one program, a subcommand per role (CONTRACT.md). Each command's
- * module is loaded only when it runs: a sidecar does not load the adapter's store and metrics,
- * and a probe (`wait-ready`, run by the kubelet every few seconds) loads almost nothing.
+ * The agent-gateway command: one program, a subcommand per role
+ * (docs/reference/configuration.md). Each command's module is loaded only when it runs: a
+ * sidecar does not load the adapter's store and metrics, and a probe (`wait-ready`, run by the
+ * kubelet every few seconds) loads almost nothing.
  */
 import { SettingsError } from '../settings.js';
 

@@ -1,7 +1,7 @@
 /**
  * The emergency channel: priority=CRIT journald entries that bypass the adapter entirely
- * (seed 000, "Emergency channel"). The orchestrator follows them with `agent-gateway watch`
- * (journalctl, matching MESSAGE_ID).
+ * (docs/reference/journald.md, "Emergencies"). The orchestrator follows them with
+ * `agent-gateway watch` (journalctl, matching MESSAGE_ID).
  *
  * CRIT entries go into the node's journal, which every unit shares, so they are bounded:
  *
@@ -29,7 +29,7 @@
 import { type Fields, normalizeKey } from './native-protocol.js';
 import type { JournalWriter } from './writer.js';
 
-/** The fixed MESSAGE_ID of gateway emergencies (CONTRACT.md). */
+/** The fixed MESSAGE_ID of gateway emergencies (docs/reference/journald.md, "Emergencies"). */
 export const EMERGENCY_MESSAGE_ID = '80911d6a6b994fc880b96a0641d4e224';
 
 export const AUTOMATIC_REASONS = [

@@ -46,7 +46,10 @@ export interface Delivery {
   readonly message: Message;
 }
 
-/** What an agent sends (the envelope of CONTRACT.md; the sidecar adds the key when absent). */
+/**
+ * What an agent sends (the envelope of docs/reference/adapter-api.md; the sidecar adds the key
+ * when absent).
+ */
 export interface OutgoingMessage {
   readonly to: string;
   readonly kind: string;

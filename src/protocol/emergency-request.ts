@@ -1,7 +1,8 @@
 /**
- * The body of the sidecar's POST /v1/emergency (CONTRACT.md), shared by the endpoint and the MCP
- * tool raise_emergency: a short lower-case reason, the sentence for the operator, and a few
- * fields of the agent's own (journald caps them: src/journald/emergency.ts).
+ * The body of the sidecar's POST /v1/emergency (docs/reference/sidecar.md, "Emergencies, status,
+ * metrics"), shared by the endpoint and the MCP tool raise_emergency: a short lower-case reason,
+ * the sentence for the operator, and a few fields of the agent's own (journald caps them:
+ * src/journald/emergency.ts).
  */
 import { z } from 'zod';
 

@@ -1,6 +1,7 @@
 /**
- * The message envelope of CONTRACT.md: what a sender posts, checked with zod, and the fields the
- * adapter adds. Shared by the adapter, the sidecar and the client.
+ * The message envelope (docs/reference/adapter-api.md, "POST /v1/messages"): what a sender
+ * posts, checked with zod, and the fields the adapter adds. Shared by the adapter, the sidecar
+ * and the client.
  */
 import { z } from 'zod';
 import { GatewayError, isGatewayError } from './errors.js';
@@ -11,8 +12,9 @@ import { PRIORITIES, type Priority } from './priority.js';
 export { PRIORITIES, type Priority } from './priority.js';
 
 /**
- * Kinds that are critical when the sender leaves `priority` out (CONTRACT.md): an escalation or
- * a policy change must never be the one a full queue evicts.
+ * Kinds that are critical when the sender leaves `priority` out (docs/reference/adapter-api.md,
+ * "POST /v1/messages"): an escalation or a policy change must never be the one a full queue
+ * evicts.
  */
 export const CRITICAL_KINDS: ReadonlySet<string> = new Set(['escalation', 'policy/update']);
 
@@ -31,10 +33,10 @@ const KEY_PATTERN = /^[\x21-\x7e]{1,128}$/;
 const taskId = z.string().min(1).max(200);
 
 /**
- * Payload schemas of the task kinds (seed 001's typed protocol). Extra fields are kept: the
- * schema says what must be there, not what may not. A Map, not an object literal: the kind is
- * the sender's string, and `{}["constructor"]` is Object, which answered kind "constructor"
- * with a 500.
+ * Payload schemas of the task kinds (docs/reference/adapter-api.md, "POST /v1/messages"). Extra
+ * fields are kept: the schema says what must be there, not what may not. A Map, not an object
+ * literal: the kind is the sender's string, and `{}["constructor"]` is Object, which answered kind
+ * "constructor" with a 500.
  */
 export const PAYLOAD_SCHEMAS: ReadonlyMap<string, z.ZodType> = new Map<string, z.ZodType>([
   ['task/request', z.looseObject({ task_id: taskId, description: z.string().min(1) })],
@@ -80,7 +82,8 @@ export const EnvelopeSchema = z.strictObject({
   reply_to_sequence_id: z.int().positive().max(Number.MAX_SAFE_INTEGER).nullable().optional(),
   /**
    * The message_id of the message it answers, in any channel the sender could see (threads:
-   * CONTRACT.md, "Threads and budgets"). A message_id is a UUIDv7; anything else is a 400.
+   * docs/reference/adapter-api.md, "Threads and budgets"). A message_id is a UUIDv7; anything
+   * else is a 400.
    */
   reply_to: MessageIdSchema.nullable().optional(),
   payload: jsonObject.default({}),

@@ -1,6 +1,7 @@
 /**
- * The contract's numbers (CONTRACT.md), written once: both programs read them here, so the
- * sidecar can never accept what the adapter would refuse, nor wait longer than it may.
+ * The contract's numbers (docs/reference/adapter-api.md), written once: both programs read them
+ * here, so the sidecar can never accept what the adapter would refuse, nor wait longer than it
+ * may.
  */
 
 /** The longest a long poll may wait, s (GET /v1/inbox?wait=S). */

@@ -147,8 +147,9 @@ export class RouteTable<Who extends string, Ctx> {
     scope.route = r.path;
     onRouted?.(scope);
     const ctx = guard(r.who, req);
-    // a POST to a route that reads a body, or one that sends a body anyway, is JSON (CONTRACT.md:
-    // 415 for one that is not): the adapter stored `text/plain` bodies before
+    // a POST to a route that reads a body, or one that sends a body anyway, is JSON
+    // (docs/reference/errors.md, `not_json`: 415 for one that is not): the adapter stored
+    // `text/plain` bodies before
     if (req.method === 'POST' && (r.body !== undefined || carriesBody(req))) {
       assertJsonContentType(req);
     }

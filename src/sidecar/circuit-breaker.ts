@@ -5,8 +5,9 @@
  * the options object it reads, and change its resetTimeout from a listener that runs before
  * opossum's own 'open' handler arms the timer (prependListener).
  *
- * The state and the backoff step are stored (seed 004: breaker state is stored state, not
- * memory), so a restarted sidecar resumes an open breaker instead of hammering a down adapter.
+ * The state and the backoff step are stored (docs/reference/sidecar.md, "The breaker and the
+ * drain": breaker state is stored state, not memory), so a restarted sidecar resumes an open
+ * breaker instead of hammering a down adapter.
  */
 import CircuitBreaker from 'opossum';
 import type { EventMap, ListenerErrors } from '../protocol/events.js';

@@ -90,8 +90,9 @@ export class Forwarder {
 
   /**
    * Sends one envelope, already checked and carrying its idempotency key; answers as
-   * CONTRACT.md's sidecar section says. Sends that arrive while the adapter is busy with earlier
-   * ones travel together in one batch request (see #pump); each is answered as if alone.
+   * docs/reference/sidecar.md ("Sending: POST /v1/messages") says. Sends that arrive while the
+   * adapter is busy with earlier ones travel together in one batch request (see #pump); each is
+   * answered as if alone.
    * `raw`: the envelope's bytes as the agent sent them (without `sender`), forwarded as they
    * are when they are well within the adapter's bound. The adapter judges a batch entry's size
    * on the entry serialized again, which can be longer than the bytes sent only through

@@ -1,7 +1,8 @@
 /**
- * The sidecar's `POST /mcp` (CONTRACT.md): the MCP tools (mcp-tools.ts) over Streamable HTTP, on
- * the sidecar's own server and behind its request checks (request-checks.ts: Host, Origin,
- * Content-Type), which the SDK's handler does not make. The tools call the service directly.
+ * The sidecar's `POST /mcp` (docs/reference/sidecar.md, "MCP: POST /mcp"): the MCP tools
+ * (mcp-tools.ts) over Streamable HTTP, on the sidecar's own server and behind its request checks
+ * (request-checks.ts: Host, Origin, Content-Type), which the SDK's handler does not make. The
+ * tools call the service directly.
  *
  * Stateless: each request gets a server and a transport of its own, closed with its response,
  * so nothing is kept between requests and any number of clients may call at once. No session

@@ -1,9 +1,9 @@
 /**
- * The gateway as MCP tools (CONTRACT.md, "MCP tools"), rendered from the agent's operations
- * (protocol/agent-api.ts names each tool, its description and what it does; agent-schemas.ts its
- * arguments and its answer). The sidecar's `POST /mcp` runs them on its service
- * (mcp-endpoint.ts), and `agent-gateway mcp` on the sidecar's HTTP API (agent-api-over-http.ts).
- * The identity is the sidecar's: no tool takes a token or a sender.
+ * The gateway as MCP tools (docs/reference/mcp.md, "The tools"), rendered from the agent's
+ * operations (protocol/agent-api.ts names each tool, its description and what it does;
+ * agent-schemas.ts its arguments and its answer). The sidecar's `POST /mcp` runs them on its
+ * service (mcp-endpoint.ts), and `agent-gateway mcp` on the sidecar's HTTP API
+ * (agent-api-over-http.ts). The identity is the sidecar's: no tool takes a token or a sender.
  *
  * A result carries the operation's answer twice, as `structuredContent` and as JSON text, and its
  * `outputSchema` declares it; an error is `isError: true` with the catalogue's

@@ -1,8 +1,8 @@
 /**
- * The sidecar takes only requests a local agent runtime makes (CONTRACT.md, "Sidecar HTTP API").
- * It has no token: the pod is the trust boundary. But a browser in the pod is inside that
- * boundary too, and a page it loads may send requests to localhost (a form post, a fetch with a
- * simple content type, an `<img src>` that polls the inbox) or, by DNS rebinding, read answers
+ * The sidecar takes only requests a local agent runtime makes (docs/reference/sidecar.md, "Who may
+ * call it"). It has no token: the pod is the trust boundary. But a browser in the pod is inside
+ * that boundary too, and a page it loads may send requests to localhost (a form post, a fetch with
+ * a simple content type, an `<img src>` that polls the inbox) or, by DNS rebinding, read answers
  * under a name of its own. So:
  * - `Host` must name loopback (localhost, 127.0.0.1, [::1]) or the sidecar's own address, with
  *   any port: a rebound name is refused (403 `bad_host`). A loopback name counts only on a

@@ -119,7 +119,8 @@ export class SidecarService implements AgentApi {
   /**
    * Acks: the adapter's ids go to it, the sidecar's own (negative) are settled here. The acks
    * are remembered on disk before anything goes on, so a 2xx is never followed by the same
-   * message handed over again, even after a SIGKILL (CONTRACT.md).
+   * message handed over again, even after a SIGKILL (docs/design/durability.md, "The sidecar's
+   * file").
    */
   async ack(input: Inputs['ack']): Promise<Result<'ack'>> {
     const { upstream, local, unknown } = this.#o.repair.acked(input.delivery_ids);

@@ -1,5 +1,5 @@
 /**
- * The sidecar's settings (CONTRACT.md, "Sidecar settings"), each with its AGW_* variable.
+ * The sidecar's settings (docs/reference/sidecar.md, "Settings"), each with its AGW_* variable.
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';

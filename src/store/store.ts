@@ -102,8 +102,9 @@ export const DEFAULT_DELIVERY: Omit<
 };
 
 /**
- * The budgets of a thread (CONTRACT.md, "Threads and budgets"; docs/design/threads.md), kept
- * in the transaction that stores a reply, so no race of concurrent replies passes one.
+ * The budgets of a thread (docs/reference/adapter-api.md, "Threads and budgets";
+ * docs/design/threads.md), kept in the transaction that stores a reply, so no race of concurrent
+ * replies passes one.
  */
 export interface ThreadBudgets {
   /** The deepest reply chain: a message whose hop would pass it is refused. Default 8. */
@@ -112,7 +113,7 @@ export interface ThreadBudgets {
   readonly messages: number;
 }
 
-/** Seed 002's proposal, as CONTRACT.md's defaults: "16 peer messages or 8 hops". */
+/** The defaults (docs/reference/configuration.md, AGW_*_BUDGET): 16 peer messages or 8 hops. */
 export const DEFAULT_BUDGETS: ThreadBudgets = { hops: 8, messages: 16 };
 
 /**
@@ -143,7 +144,7 @@ export type AlertReason =
   | 'write_failures'
   | BudgetReason;
 
-/** The kind of alert message each reason is told as (CONTRACT.md, "Alerts"). */
+/** The kind of alert message each reason is told as (docs/design/delivery.md, "Alerts"). */
 export const ALERT_KIND: Readonly<Record<AlertReason, SentAlert['kind']>> = {
   lease_expired: 'alert/dead-letter',
   nacked: 'alert/dead-letter',
@@ -221,7 +222,7 @@ export class StorageFailure extends Error {
   override name = 'StorageFailure';
 }
 
-/** The payload of an alert message to alerts_to (CONTRACT.md, "Alerts"). */
+/** The payload of an alert message to alerts_to (docs/design/delivery.md, "Alerts"). */
 export interface AlertPayload {
   readonly reason: string;
   readonly recipient: string;
@@ -231,10 +232,10 @@ export interface AlertPayload {
 }
 
 /**
- * The payload of alert/budget (CONTRACT.md): replies of `sender` refused since the last alert
- * about it, `thread_id` the thread of the latest (aggregated per sender). The refused
- * messages were never stored, so have no id: `message_ids` lists the messages they replied to
- * (up to 20), in every thread counted.
+ * The payload of alert/budget (docs/reference/adapter-api.md, "Threads and budgets"): replies of
+ * `sender` refused since the last alert about it, `thread_id` the thread of the latest (aggregated
+ * per sender). The refused messages were never stored, so have no id: `message_ids` lists the
+ * messages they replied to (up to 20), in every thread counted.
  */
 export interface BudgetAlertPayload {
   readonly reason: BudgetReason;

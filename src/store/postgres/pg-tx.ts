@@ -85,7 +85,7 @@ export class Tx {
   /**
    * An ack or a final nack (dead letter) was applied: its commit is synchronous at
    * AGW_SYNC=full too, since a delivery acked with a 2xx must never be handed over again, also
-   * after a crash of the database server (CONTRACT.md, AGW_SYNC).
+   * after a crash of the database server (docs/reference/configuration.md, AGW_SYNC).
    */
   wroteAck = false;
   /** Bytes of messages this transaction stored, less what it pruned (the size bound). */

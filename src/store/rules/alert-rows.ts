@@ -5,7 +5,10 @@
  */
 import { ALERT_KIND, type AlertReason, type BudgetReason, type SentAlert } from '../store.js';
 
-/** Message ids one alert lists (CONTRACT.md: up to 20); the count has them all. */
+/**
+ * Message ids one alert lists (docs/design/delivery.md, "Alerts": up to 20); the count has them
+ * all.
+ */
 export const MAX_IDS = 20;
 
 /** One (subject, reason)'s count since its last alert: a row of alert_state. */

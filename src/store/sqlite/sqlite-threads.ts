@@ -1,9 +1,10 @@
 /**
- * Threads and their budgets (CONTRACT.md, "Threads and budgets"; docs/design/threads.md), run
- * inside the store's transaction: which message a reply names and whether its sender could see
- * it, the thread and hop a new message gets, the budgets that may refuse it, the count kept per
- * thread, and a thread's messages in commit order. SQLite has one writer, so the count read and
- * written here, in the transaction that stores the reply, cannot be passed by concurrent replies.
+ * Threads and their budgets (docs/reference/adapter-api.md, "Threads and budgets";
+ * docs/design/threads.md), run inside the store's transaction: which message a reply names and
+ * whether its sender could see it, the thread and hop a new message gets, the budgets that may
+ * refuse it, the count kept per thread, and a thread's messages in commit order. SQLite has one
+ * writer, so the count read and written here, in the transaction that stores the reply, cannot be
+ * passed by concurrent replies.
  */
 import type Database from 'better-sqlite3';
 import { GatewayError } from '../../protocol/errors.js';
