@@ -1,4 +1,5 @@
-// Replays under pressure (security review 2026-12-04, N-2), before and after a change:
+// Replays under pressure (docs/reference/adapter-api.md, "Reads are bounded too"), before and
+// after a change:
 //
 //   node replay-pressure.mjs noread [--db postgres://...]   40 replays that never read their answers:
 //                                                         the adapter's peak RSS over 8 s

@@ -30,7 +30,7 @@ const { values } = parseArgs({
 });
 const seconds = Number(values.seconds);
 const inflight = Number(values.inflight);
-/** CONTRACT.md's defaults, which the adapter below runs with. */
+/** The default budgets (docs/reference/configuration.md), which the adapter below runs with. */
 const HOP_BUDGET = 8;
 const THREAD_BUDGET = 16;
 const text = 'x'.repeat(1000);

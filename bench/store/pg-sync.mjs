@@ -1,8 +1,10 @@
-// What AGW_SYNC=full costs on PostgreSQL now that acks commit synchronously (issue 29): acked
-// sends (pm -> @qa, ~1 KiB) and acks (POST /v1/acks of one delivery each, leased beforehand) per
-// second at 1 and 16 in flight (the acks' loops share @qa's deliveries, leased 100 at a time), through one adapter on PostgreSQL, for two builds in one run,
-// alternating: this checkout's (after) and AGW_BENCH_CLI_BEFORE's (the build before the change).
-// Each build and round gets a database of its own. One JSON line per measurement on stdout.
+// What AGW_SYNC=full costs on PostgreSQL now that acks commit synchronously
+// (docs/design/durability.md, "PostgreSQL"): acked sends (pm -> @qa, ~1 KiB) and acks
+// (POST /v1/acks of one delivery each, leased beforehand) per second at 1 and 16 in flight (the
+// acks' loops share @qa's deliveries, leased 100 at a time), through one adapter on PostgreSQL,
+// for two builds in one run, alternating: this checkout's (after) and AGW_BENCH_CLI_BEFORE's (the
+// build before the change). Each build and round gets a database of its own. One JSON line per
+// measurement on stdout.
 //
 //   AGW_BENCH_CLI_BEFORE=/path/to/before/dist/cli/main.js node bench/store/pg-sync.mjs \
 //     [--seconds 3] [--inflight 1,16] [--rounds 2] [--url postgres://postgres@127.0.0.1:5432/postgres]

@@ -1,9 +1,9 @@
-// The adapter on PostgreSQL (issue 18), beside the SQLite adapter and the PostgreSQL peer row, in
-// one run: acked sends per second and p50/p99 at 1, 16 and 64 in flight (~1 KiB payloads, AGW_SYNC
-// full) through one replica and through three (the loops spread over them), then end to end with
-// sender and receiver on different replicas at a fixed rate, and the cross-replica wake: how long
-// after its sender's 201 a message parked for on another replica is received.
-// One JSON line per measurement on stdout. Each PostgreSQL target gets a database of its own.
+// The adapter on PostgreSQL (docs/design/postgres.md), beside the SQLite adapter and the PostgreSQL
+// peer row, in one run: acked sends per second and p50/p99 at 1, 16 and 64 in flight (~1 KiB
+// payloads, AGW_SYNC full) through one replica and through three (the loops spread over them), then
+// end to end with sender and receiver on different replicas at a fixed rate, and the cross-replica
+// wake: how long after its sender's 201 a message parked for on another replica is received. One
+// JSON line per measurement on stdout. Each PostgreSQL target gets a database of its own.
 //
 //   node bench/store/replicas.mjs [--seconds 5] [--inflight 1,16,64] [--rate 200]
 //                           [--url postgres://postgres@127.0.0.1:5432/postgres]

@@ -1,5 +1,5 @@
 /**
- * A bounded fuzz of every POST both programs take (issue 29, "bad input that still gets a 500"):
+ * A bounded fuzz of every POST both programs take, hunting bad input that still gets a 500:
  * valid bodies, bodies mutated from valid ones (a field's value replaced, an Object.prototype
  * name added or renamed into a field, the text cut or a character replaced), any JSON and any
  * text, thrown at the adapter on SQLite and on PostgreSQL, at a sidecar in front of it, and at

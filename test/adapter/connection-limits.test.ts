@@ -1,10 +1,11 @@
 /**
- * What a peer without a token may hold of the adapter's connections (security review N-1): a
- * flood of idle keep-alive connections, one GET /healthz each, from one address or from many,
- * does not keep an agent's request or /health out; an idle connection that never showed a token
- * is closed after AGW_UNAUTHENTICATED_IDLE_MS, one that did is kept alive. Real sockets on
- * loopback (127.0.0.2 and up are other addresses of it); the caps are lowered through the
- * settings; closes are awaited as events, never timed.
+ * What a peer without a token may hold of the adapter's connections
+ * (docs/reference/configuration.md, AGW_MAX_CONNECTIONS and the three settings below it): a flood
+ * of idle keep-alive connections, one GET /healthz each, from one address or from many, does not
+ * keep an agent's request or /health out; an idle connection that never showed a token is closed
+ * after AGW_UNAUTHENTICATED_IDLE_MS, one that did is kept alive. Real sockets on loopback
+ * (127.0.0.2 and up are other addresses of it); the caps are lowered through the settings; closes
+ * are awaited as events, never timed.
  */
 import type { Socket } from 'node:net';
 import { afterEach, expect, it } from 'vitest';

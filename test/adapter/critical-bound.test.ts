@@ -1,8 +1,8 @@
 /**
- * A bound on critical (CONTRACT.md, AGW_CRITICAL_CAPACITY): critical deliveries are never
- * evicted, so a recipient holds at most AGW_CRITICAL_CAPACITY of them; past it a new critical
- * copy is dead-lettered `queue_full` and the `alerts_to` agent is told, while the message itself
- * is stored and its other recipients get it.
+ * A bound on critical (docs/design/threads.md, "A bound on critical"): critical deliveries are
+ * never evicted, so a recipient holds at most AGW_CRITICAL_CAPACITY of them; past it a new critical
+ * copy is dead-lettered `queue_full` and the `alerts_to` agent is told, while the message itself is
+ * stored and its other recipients get it.
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';

@@ -1,6 +1,6 @@
 /**
- * Kinds critical by default (CONTRACT.md, "The message envelope"): an `escalation` or a
- * `policy/update` sent without `priority` is stored as critical, so a flood of normal messages
+ * Kinds critical by default (docs/reference/adapter-api.md, "POST /v1/messages"): an `escalation`
+ * or a `policy/update` sent without `priority` is stored as critical, so a flood of normal messages
  * to a full queue evicts normal deliveries, never it. A `priority` the sender gives wins.
  */
 import { randomUUID } from 'node:crypto';

@@ -1,11 +1,13 @@
 /**
- * Fairness between agents (issue 29; the 2026-12-04 review's M9 and M2, reproduced through a
- * real adapter on a real SQLite file, at the default rate on a clock the test moves):
+ * Fairness between agents (docs/design/delivery.md, "Bounded queues"; floods that once crowded
+ * other agents out, reproduced through a real adapter on a real SQLite file, at the default rate on
+ * a clock the test moves):
  * - a flood within the sender's rate evicts its own oldest copies from a full queue, never
  *   another member's task/request;
  * - one agent's escalations past its share of a recipient's critical capacity are dead-lettered,
  *   never another agent's escalation or the adapter's own alert;
- * - one agent's budget refusals in many threads make one alert/budget a window (N-4).
+ * - one agent's budget refusals in many threads make one alert/budget a window
+ *   (docs/design/threads.md, "Budgets").
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';
@@ -42,7 +44,7 @@ it('a member flooding product with 600 status within its rate evicts its own, ne
   timeout: 60_000,
 }, async () => {
   let clock = Date.UTC(2031, 0, 1);
-  // the defaults the review ran with: queue 500, 100 a second with a burst of 500
+  // the defaults: queue 500, 100 a second with a burst of 500
   t = await startTestAdapter(
     { queueCapacity: '500', sendRate: '100', sendBurst: '500' },
     { now: () => clock },

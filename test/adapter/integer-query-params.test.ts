@@ -1,8 +1,8 @@
 /**
- * Integer query parameters (`wait`, `max`, `after`, `limit`) are plain decimal digits within
- * their bounds (review 2026-12-04, N-13): Number() with trim took `wait=0x10` (a 16 s wait),
- * `1e1` and `5 `. Anything else is 400 `invalid_request` naming the parameter, at the adapter
- * and at the sidecar (the same intParam).
+ * Integer query parameters (`wait`, `max`, `after`, `limit`) are plain decimal digits within their
+ * bounds (docs/reference/adapter-api.md): Number() with trim took `wait=0x10` (a 16 s wait), `1e1`
+ * and `5 `. Anything else is 400 `invalid_request` naming the parameter, at the adapter and at the
+ * sidecar (the same intParam).
  */
 import { afterEach, expect, it } from 'vitest';
 import { startTestAdapter } from '../helpers/adapter.js';

@@ -1,9 +1,9 @@
 /**
- * A POST with a body is JSON (CONTRACT.md: 415 for one that is not): the adapter stored a
- * message posted as `text/plain` (issue 29). Every POST to an endpoint that takes a body, and any
- * other POST that carries one, must say `Content-Type: application/json` (a parameter such as
- * `; charset=utf-8` is fine); anything else is 415 `not_json` before the body is read, and
- * nothing of it is stored or applied. The token is checked first: no token is still 401.
+ * A POST with a body is JSON (docs/reference/adapter-api.md: 415 for one that is not): the adapter
+ * once stored a message posted as `text/plain`. Every POST to an endpoint that takes a body, and
+ * any other POST that carries one, must say `Content-Type: application/json` (a parameter such as
+ * `; charset=utf-8` is fine); anything else is 415 `not_json` before the body is read, and nothing
+ * of it is stored or applied. The token is checked first: no token is still 401.
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';

@@ -1,10 +1,11 @@
 /**
- * The adapter's /metrics needs no token (CONTRACT.md: probes and Prometheus reach it outside
- * mTLS; review L1), so what it shows must be harmless to whoever reaches the adapter's port: after
- * real traffic (sends, a duplicate, refusals, a batch, polls, acks, a nack with a note, a dead
- * letter, a bad token), no label value and no line of the scrape holds a message id,
- * idempotency key, payload text, kind or recipient refused, nack note or token; every label is of a closed set (agent
- * ids of the topology, write outcomes and error codes, dead-letter reasons, histogram buckets).
+ * The adapter's /metrics needs no token (docs/reference/adapter-api.md, "GET /healthz, GET /health,
+ * GET /metrics": probes and Prometheus reach it outside mTLS), so what it shows must be harmless to
+ * whoever reaches the adapter's port: after real traffic (sends, a duplicate, refusals, a batch,
+ * polls, acks, a nack with a note, a dead letter, a bad token), no label value and no line of the
+ * scrape holds a message id, idempotency key, payload text, kind or recipient refused, nack note or
+ * token; every label is of a closed set (agent ids of the topology, write outcomes and error codes,
+ * dead-letter reasons, histogram buckets).
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';

@@ -1,10 +1,10 @@
 /**
- * Replays on PostgreSQL (security review N-2). A replay page fetches little more than its byte
- * bound:
- * before, the store read chunks of 16 then 64 whole rows, so an 8 MiB page of 256 KiB messages
- * fetched about 20 MiB. The adapter reaches its database through a counting TCP proxy on
- * loopback; the bytes PostgreSQL sends during one replay are what the page cost. And replays
- * that wait in PostgreSQL (behind a table lock here) leave /health a connection of the read pool.
+ * Replays on PostgreSQL. A replay page fetches little more than its byte bound
+ * (docs/reference/adapter-api.md): before, the store read chunks of 16 then 64 whole rows, so an
+ * 8 MiB page of 256 KiB messages fetched about 20 MiB. The adapter reaches its database through a
+ * counting TCP proxy on loopback; the bytes PostgreSQL sends during one replay are what the page
+ * cost. And replays that wait in PostgreSQL (behind a table lock here) leave /health a connection
+ * of the read pool.
  */
 import { randomUUID } from 'node:crypto';
 import { connect, createServer, type Server, type Socket } from 'node:net';

@@ -1,11 +1,10 @@
 /**
- * Object.prototype's names as the sender's strings (review 2026-12-04, "fuzz: kind
- * constructor"): as a kind, a priority, a channel or agent, a payload key. Each is an ordinary
- * string. Kind "constructor" is a short kind like any other, stored and delivered; a priority or
- * a `to` that names nothing is a 4xx naming its field; a channel and an agent named so in the
- * topology work as any other. Never a 500: on SQLite and on PostgreSQL, alone and in a batch
- * (where kind "constructor" used to fail every item with it), at the sidecar and through MCP
- * `send_message`.
+ * Object.prototype's names as the sender's strings (kind "constructor" was once a 500): as a kind,
+ * a priority, a channel or agent, a payload key. Each is an ordinary string. Kind "constructor" is
+ * a short kind like any other, stored and delivered; a priority or a `to` that names nothing is a
+ * 4xx naming its field; a channel and an agent named so in the topology work as any other. Never a
+ * 500: on SQLite and on PostgreSQL, alone and in a batch (where kind "constructor" used to fail
+ * every item with it), at the sidecar and through MCP `send_message`.
  */
 import { randomUUID } from 'node:crypto';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';

@@ -6,7 +6,7 @@
  * up. Valid envelopes with odd payloads are stored and read back exactly.
  *
  * Object.prototype's names go in as kinds, priorities, channels and payload keys: kind
- * "constructor" was a 500 (review 2026-12-04).
+ * "constructor" was once a 500.
  *
  * 3,300 bodies in all, about 40 s on two cores at load 12 (sync=normal: fsyncs are not what is
  * tested).

@@ -1,10 +1,11 @@
 /**
- * Replays whose clients do not read (security review N-2), on SQLite and on PostgreSQL: one
- * agent's reads past AGW_MAX_READS_PER_AGENT are 429 `too_many_reads` with Retry-After; a client
- * that never reads its answer is cut after AGW_WRITE_TIMEOUT_MS and its slot freed; answers in
- * flight past AGW_MAX_RESPONSE_BYTES make the next read 503 `overloaded`. A page here is 16 MiB,
- * four times what loopback's kernel buffers take from a client that stopped reading (tcp_wmem's
- * 4 MiB and the receiver's window), so such an answer cannot finish while the test waits.
+ * Replays whose clients do not read (docs/reference/adapter-api.md, "Reads are bounded too"), on
+ * SQLite and on PostgreSQL: one agent's reads past AGW_MAX_READS_PER_AGENT are 429 `too_many_reads`
+ * with Retry-After; a client that never reads its answer is cut after AGW_WRITE_TIMEOUT_MS and its
+ * slot freed; answers in flight past AGW_MAX_RESPONSE_BYTES make the next read 503 `overloaded`. A
+ * page here is 16 MiB, four times what loopback's kernel buffers take from a client that stopped
+ * reading (tcp_wmem's 4 MiB and the receiver's window), so such an answer cannot finish while the
+ * test waits.
  */
 import { once } from 'node:events';
 import type { Socket } from 'node:net';

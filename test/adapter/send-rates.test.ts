@@ -1,9 +1,9 @@
 /**
- * Per-sender rates through the adapter's HTTP API (CONTRACT.md, AGW_SEND_RATE/AGW_SEND_BURST),
- * on a clock the test moves: past the burst 429 `rate_limited` with Retry-After and nothing
- * stored; a repeat of a stored key takes no token; in a batch the first envelope without a token
- * and every one after it are 429 (with `retry_after_s`); the topology's own `send_rate` and
- * `send_burst`; AGW_SEND_RATE=0 turns the limit off.
+ * Per-sender rates through the adapter's HTTP API (docs/reference/configuration.md,
+ * AGW_SEND_RATE/AGW_SEND_BURST), on a clock the test moves: past the burst 429 `rate_limited` with
+ * Retry-After and nothing stored; a repeat of a stored key takes no token; in a batch the first
+ * envelope without a token and every one after it are 429 (with `retry_after_s`); the topology's
+ * own `send_rate` and `send_burst`; AGW_SEND_RATE=0 turns the limit off.
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';

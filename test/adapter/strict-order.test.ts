@@ -1,8 +1,8 @@
 /**
- * Strict order inside a channel, also after failures (CONTRACT.md, "Order inside a channel"):
+ * Strict order inside a channel, also after failures (docs/design/delivery.md, "Strict order"):
  * "start task X" is always handed over before "cancel task X", even when the first attempt at
- * "start" is nacked or its lease runs out; a dead letter releases the channel. Black-box over
- * HTTP with a real SQLite store.
+ * "start" is nacked or its lease runs out; a dead letter releases the channel. Black-box over HTTP
+ * with a real SQLite store.
  *
  * No test sleeps on a guess: a retry's backoff is passed by moving the adapter's clock (the
  * `now` option), and a lease that really runs out (leaseMs 1000) is waited for with a long poll,

@@ -1,8 +1,9 @@
 /**
- * Threads and budgets through the adapter's HTTP API (CONTRACT.md, "Threads and budgets"): the
- * thread and hop every reply gets, the budgets that refuse with 422 and store nothing (also
- * against 20 concurrent replies), the continuation by alerts_to, alert/budget once per sender
- * and window, the thread view for alerts_to only, and reply_to to what the sender could not see.
+ * Threads and budgets through the adapter's HTTP API (docs/reference/adapter-api.md, "Threads and
+ * budgets"): the thread and hop every reply gets, the budgets that refuse with 422 and store
+ * nothing (also against 20 concurrent replies), the continuation by alerts_to, alert/budget once
+ * per sender and window, the thread view for alerts_to only, and reply_to to what the sender could
+ * not see.
  */
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';

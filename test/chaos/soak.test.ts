@@ -1,10 +1,10 @@
 /**
- * The chaos soak: six sidecars for the seed's agents, each agent sending and receiving through
- * its sidecar with the client, while adapters are SIGKILLed and restarted every ~15 s and a
- * sidecar every 2-5 s (one of the six, on its own file and port). At the end every message a
- * sidecar accepted (201 or 202) has reached every recipient at least once and, after the
- * client's dedup, exactly once; no message whose ack a sidecar answered 2xx was handed to its
- * agent again (seen before the client's dedup, which would hide it: CONTRACT.md); every
+ * The chaos soak: six sidecars for the seed's agents, each agent sending and receiving through its
+ * sidecar with the client, while adapters are SIGKILLed and restarted every ~15 s and a sidecar
+ * every 2-5 s (one of the six, on its own file and port). At the end every message a sidecar
+ * accepted (201 or 202) has reached every recipient at least once and, after the client's dedup,
+ * exactly once; no message whose ack a sidecar answered 2xx was handed to its agent again (seen
+ * before the client's dedup, which would hide it; docs/reference/sidecar.md, "Receiving"); every
  * channel's sequence is 1..N; every dead letter is accounted for; no process is left.
  *
  * Two modes, one after the other, with the same agents and the same end checks:

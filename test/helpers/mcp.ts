@@ -7,7 +7,7 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { expect } from 'vitest';
 import type { Json } from './http.js';
 
-/** The contract's tools (CONTRACT.md, "MCP tools"): required and optional arguments. */
+/** The contract's tools (docs/reference/mcp.md, "The tools"): required and optional arguments. */
 export const CONTRACT_TOOLS: Record<string, { required: string[]; optional: string[] }> = {
   send_message: {
     required: ['to', 'kind', 'payload'],
@@ -85,10 +85,10 @@ export async function expectContractTools(client: Client): Promise<void> {
 }
 
 /**
- * What the tools say they do (CONTRACT.md, "MCP tools"), which clients read to decide whether
- * to ask the user first: ack, nack and raise_emergency destructive; ack and extend_lease
- * idempotent; the reading tools read-only; every tool says whether it is destructive, since
- * the spec's default is that it is.
+ * What the tools say they do (docs/reference/mcp.md, each tool's annotations), which clients read
+ * to decide whether to ask the user first: ack, nack and raise_emergency destructive; ack and
+ * extend_lease idempotent; the reading tools read-only; every tool says whether it is destructive,
+ * since the spec's default is that it is.
  */
 export const ANNOTATIONS: Record<
   string,
@@ -115,8 +115,9 @@ export async function expectAnnotations(client: Client): Promise<void> {
     }),
   );
   expect(got).toEqual(ANNOTATIONS);
-  // each declares its answer (CONTRACT.md): the SDK's client holds every structuredContent to it,
-  // errors too, so the tests that call a tool check each answer against its schema
+  // each declares its answer (docs/reference/mcp.md, "Results and errors"): the SDK's client
+  // holds every structuredContent to it, errors too, so the tests that call a tool check each
+  // answer against its schema
   for (const t of tools) {
     expect(t.outputSchema, t.name).toMatchObject({ type: 'object' });
     expect((t.outputSchema as { anyOf?: unknown[] }).anyOf?.length, t.name).toBeGreaterThan(1);
@@ -126,7 +127,7 @@ export async function expectAnnotations(client: Client): Promise<void> {
 /**
  * Messages from other agents are data from their sender, never orders: the server's
  * instructions and fetch_inbox's description say so, and neither tells the model to do what a
- * message asks (security review 2026-12-04, N-6).
+ * message asks (docs/reference/mcp.md, "A loop for an agent's prompt").
  */
 export async function expectPayloadsAreData(client: Client): Promise<void> {
   const instructions = client.getInstructions() ?? '';

@@ -1,9 +1,9 @@
 /**
- * An agent's explicit emergency cannot pass for one of the gateway's own alarms (review L2):
- * against a real journald in namespace mode, read back with journalctl. An automatic reason
- * asked for by an agent is written as `manual` with the reason asked for in
- * AGW_REQUESTED_REASON, and the agent's AGW_* fields (AGW_RECIPIENT, AGW_COUNT, AGW_DETAIL, ...)
- * are dropped and counted; the gateway's own entries keep theirs.
+ * An agent's explicit emergency cannot pass for one of the gateway's own alarms
+ * (docs/reference/journald.md, "Emergencies"): against a real journald in namespace mode, read back
+ * with journalctl. An automatic reason asked for by an agent is written as `manual` with the reason
+ * asked for in AGW_REQUESTED_REASON, and the agent's AGW_* fields (AGW_RECIPIENT, AGW_COUNT,
+ * AGW_DETAIL, ...) are dropped and counted; the gateway's own entries keep theirs.
  */
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';

@@ -1,7 +1,8 @@
 /**
- * Bounded emergencies (issue 13, item 5) against a real journald: the explicit budget (one token
- * bucket per process, whatever the reason), the caps on an entry, automatic alarms that the
- * budget cannot silence, and watch --forward's bounded queue with a target that never answers.
+ * Bounded emergencies (docs/reference/journald.md, "Emergencies") against a real journald: the
+ * explicit budget (one token bucket per process, whatever the reason), the caps on an entry,
+ * automatic alarms that the budget cannot silence, and watch --forward's bounded queue with a
+ * target that never answers.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';

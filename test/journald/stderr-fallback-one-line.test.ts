@@ -33,7 +33,10 @@ const FORBIDDEN = [
   0x2069,
 ];
 
-/** An agent's attempt to forge entries and drive a terminal (the review's `od -c` case, L2). */
+/**
+ * An agent's attempt to forge entries and drive a terminal (docs/reference/journald.md, "The
+ * writer", "No journald").
+ */
 const EVIL =
   'a\u0000<2>NUL-FORGED\rCR-FORGED\u001b[2J\u007fDEL\u009b31mC1\u0085NEL\u2028<2>LS-FORGED\u2029PS\u202eRTL';
 

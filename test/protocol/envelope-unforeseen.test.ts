@@ -1,9 +1,9 @@
 /**
- * A check of an envelope that fails in a way it did not foresee (a TypeError from a lookup, as
- * kind "constructor" once made: review 2026-12-04, L3) is the sender's input meeting a bug: a
- * 400 `invalid_request` naming the field being checked, never a retryable 500 `internal` that a
- * sidecar would keep sending. White-box: no JSON body can carry a value that throws when read,
- * so the values here are made in-process.
+ * A check of an envelope that fails in a way it did not foresee (a TypeError from a lookup, as kind
+ * "constructor" once made) is the sender's input meeting a bug: a 400 `invalid_request` naming the
+ * field being checked, never a retryable 500 `internal` that a sidecar would keep sending.
+ * White-box: no JSON body can carry a value that throws when read, so the values here are made
+ * in-process.
  */
 import { expect, it } from 'vitest';
 import { checkEnvelopeFields, EnvelopeSchema, parseEnvelope } from '../../src/protocol/envelope.js';

@@ -1,12 +1,12 @@
 /**
  * A row lock held by another session (a replica frozen mid-transaction: SIGSTOP, a VM pause, a
- * partition; security review N-3) does not stall an adapter: the group that needs the row waits
- * out lock_timeout (twice), then its senders get a retryable 503 `storage_error` with
- * Retry-After; /health says a commit is stuck meanwhile; the adapter's next group, which does
- * not need the row, commits while the lock is still held; another replica is not stalled at
- * all; once the lock goes, the same request commits. Two in-process adapters on a real
- * PostgreSQL database of their own; the lock held from a separate connection, as the review's
- * reproduction did with psql.
+ * partition) does not stall an adapter (it did: every write waited as long as the lock was held;
+ * docs/design/postgres.md, "Timeouts"): the group that needs the row waits out lock_timeout
+ * (twice), then its senders get a retryable 503 `storage_error` with Retry-After; /health says a
+ * commit is stuck meanwhile; the adapter's next group, which does not need the row, commits while
+ * the lock is still held; another replica is not stalled at all; once the lock goes, the same
+ * request commits. Two in-process adapters on a real PostgreSQL database of their own; the lock
+ * held from a separate connection, as psql would hold it.
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';

@@ -22,7 +22,8 @@ import {
 } from '../helpers/replicas.js';
 import { until } from '../helpers/wait.js';
 
-const WINDOW_MS = 30_000; // CONTRACT.md: at most one alert per recipient and reason every 30 s
+// at most one alert per recipient and reason every 30 s (docs/design/delivery.md, "Alerts")
+const WINDOW_MS = 30_000;
 const PER_RECIPIENT = 8; // ≤ 20: every message id fits in the alerts' lists
 const RECIPIENTS = ['qa', 'research'];
 

@@ -1,11 +1,11 @@
 /**
  * A poll the agent gives up (its socket closes before the answer) is given up upstream too: the
- * sidecar aborts its own poll to the adapter, the adapter's parked poll ends without leasing,
- * and a message sent after it waits, pending with 0 attempts, for the agent's next poll
- * (security review 2026-12-04, M4: each abandoned poll burned an attempt, and after four the
- * message was dead-lettered unseen). Also for the MCP tool fetch_inbox (its /mcp request closed,
- * or its call cancelled through `agent-gateway mcp`), and an abandoned poll
- * is no failure to the sidecar's breaker. A real adapter and a real sidecar on loopback; the
+ * sidecar aborts its own poll to the adapter, the adapter's parked poll ends without leasing, and a
+ * message sent after it waits, pending with 0 attempts, for the agent's next poll
+ * (docs/reference/sidecar.md, "A poll the agent gives up"; each abandoned poll once burned an
+ * attempt, and after four the message was dead-lettered unseen). Also for the MCP tool fetch_inbox
+ * (its /mcp request closed, or its call cancelled through `agent-gateway mcp`), and an abandoned
+ * poll is no failure to the sidecar's breaker. A real adapter and a real sidecar on loopback; the
  * adapter's `agw_agent_parked_polls` says when its poll is parked and when it has ended, and a
  * proxy between sidecar and adapter how it ended (closed by the sidecar, or answered).
  */

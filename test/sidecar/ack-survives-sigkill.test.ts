@@ -1,6 +1,7 @@
 /**
  * An ack the sidecar answered 2xx is never handed over again, also after a SIGKILL of the
- * sidecar right after the answer (CONTRACT.md, issue 29). Real adapter and sidecar processes.
+ * sidecar right after the answer (docs/reference/sidecar.md, "Receiving"). Real adapter and
+ * sidecar processes.
  *
  * The path that broke it: the marks of what the sidecar handed over and what the agent acked
  * were written 20 ms behind the answer. A sidecar killed within those milliseconds came back
@@ -9,7 +10,7 @@
  * handed it over again as a copy.
  *
  * Also: an ack or nack of a negative (sidecar) delivery id the sidecar never made is `unknown`,
- * as the adapter answers for its own (review N-12).
+ * as the adapter answers for its own (docs/reference/sidecar.md, "Receiving").
  */
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';

@@ -1,6 +1,6 @@
 /**
- * The sidecar takes only what a local agent runtime sends (request-checks.ts; security review
- * 2026-12-04, M1/N-5 and L6):
+ * The sidecar takes only what a local agent runtime sends (request-checks.ts;
+ * docs/reference/sidecar.md, "Who may call it"):
  * - a browser's cross-site or same-site request (Sec-Fetch-Site), on every route, GET /v1/inbox
  *   too, which a page reaches with a no-cors GET that carries no Origin; and an Origin other
  *   than the sidecar's own loopback one;

@@ -1,8 +1,8 @@
 /**
  * A client that goes away before its answer is no error of the sidecar's: it is logged at debug,
- * without a stack (security review 2026-12-04, L7: every client abort was logged "request
- * failed" at error level with its stack, because the handler checked res.headersSent but not
- * res.destroyed). The log lines of a real sidecar, captured.
+ * without a stack (every client abort was once logged "request failed" at error level with its
+ * stack, because the handler checked res.headersSent but not res.destroyed). The log lines of a
+ * real sidecar, captured.
  */
 import { connect } from 'node:net';
 import { afterEach, expect, it } from 'vitest';

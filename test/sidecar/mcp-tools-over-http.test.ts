@@ -170,7 +170,8 @@ it("takes /mcp only as the sidecar's other endpoints: loopback Host, no other si
   expect([rebound.status, rebound.body.error]).toEqual([403, 'bad_host']);
   const browser = await raw(pm.url, 'POST', '/mcp', { ...mcp, origin: 'http://evil.example' });
   expect([browser.status, browser.body.error]).toEqual([403, 'cross_origin']);
-  // its own origin is not a browser's cross-origin request (CONTRACT.md): taken
+  // its own origin is not a browser's cross-origin request (docs/reference/sidecar.md, "Who may
+  // call it"): taken
   const local = await raw(pm.url, 'POST', '/mcp', { ...mcp, origin: `http://localhost:${port}` });
   expect(local.status).toBe(200);
   const site = await raw(pm.url, 'POST', '/mcp', { ...mcp, 'sec-fetch-site': 'cross-site' });

@@ -1,9 +1,9 @@
 /**
- * A sender past its rate, through its sidecar (CONTRACT.md, the sidecar section on 429): three
- * bursts' worth of sends, one after another, are delivered while the bucket holds and queued
- * once the adapter answers 429; the drain sends them again after the adapter's Retry-After
- * (`retry_after_s` of the batch entries), stopping at the first refused entry, until the
- * recipient has every message once, in send order. A 429 is never a circuit failure nor a CRIT
+ * A sender past its rate, through its sidecar (docs/reference/sidecar.md, "The breaker and the
+ * drain", on 429): three bursts' worth of sends, one after another, are delivered while the bucket
+ * holds and queued once the adapter answers 429; the drain sends them again after the adapter's
+ * Retry-After (`retry_after_s` of the batch entries), stopping at the first refused entry, until
+ * the recipient has every message once, in send order. A 429 is never a circuit failure nor a CRIT
  * entry, and nothing goes to the local dead letters.
  */
 import { join } from 'node:path';

@@ -1,6 +1,6 @@
 /**
- * POST /v1/messages forwards the bytes the agent sent (issue 14: checked once, not serialized
- * again), in front of a fake adapter that records each batch request's body:
+ * POST /v1/messages forwards the bytes the agent sent (checked once, not serialized again:
+ * docs/reference/operations.md), in front of a fake adapter that records each batch request's body:
  * - an envelope goes on byte for byte, its whitespace and number spelling kept;
  * - one without an idempotency key gets the key made for it as its last member;
  * - one naming `sender` goes on serialized without it, as every envelope did before;

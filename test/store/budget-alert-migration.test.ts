@@ -1,9 +1,9 @@
 /**
- * SQLite's migration 7 and PostgreSQL's migration 2 (issue 29, review N-4): alert/budget counts
- * kept per thread before them become counts per sender, so the refusals counted before an
- * upgrade still go out, in one alert per sender and reason, naming the latest thread. The
- * "before" stores are this store's own, with budget rows written as the older code wrote them
- * and the schema version put back.
+ * SQLite's migration 7 and PostgreSQL's migration 2 (docs/design/threads.md, "Budgets"):
+ * alert/budget counts kept per thread before them become counts per sender, so the refusals counted
+ * before an upgrade still go out, in one alert per sender and reason, naming the latest thread. The
+ * "before" stores are this store's own, with budget rows written as the older code wrote them and
+ * the schema version put back.
  */
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -23,7 +23,7 @@ afterEach(async () => {
 const T0 = Date.UTC(2031, 0, 1);
 const opts = { delivery: { alertsTo: 'orchestrator', alertWindowMs: 30_000 } };
 
-/** Rows as the code before issue 29 kept them: recipient the thread, sender the agent. */
+/** Rows as the code before these migrations kept them: recipient the thread, sender the agent. */
 const OLD_ROWS = [
   ['thread-A', 'hop_budget_exceeded', T0, 2, '["m1"]', 'pm'],
   ['thread-B', 'hop_budget_exceeded', T0 + 5, 3, '["m2"]', 'pm'],

@@ -1,7 +1,7 @@
 /**
  * Two PostgreSQL stores on one database, as two adapter replicas would have them (each its own
- * connections), driven at once: what the issue asks to hold across replicas, at the store's
- * level. A fresh database per test (test/helpers/pg.ts), dropped after.
+ * connections), driven at once: what must hold across replicas (docs/design/postgres.md), at the
+ * store's level. A fresh database per test (test/helpers/pg.ts), dropped after.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';

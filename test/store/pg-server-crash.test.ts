@@ -1,12 +1,13 @@
 /**
- * AGW_SYNC=full on PostgreSQL: what a commit answered survives a crash of the database server.
- * A server of the test's own (pg-server.ts) takes messages, leases and acks one at a time, and
- * is SIGKILLed (postmaster and every backend) right after the last answer; restarted on the
- * same directory (crash recovery), every message answered is there and every delivery whose
- * ack was answered is acked, and so never handed over again (the sidecar relies on it,
- * CONTRACT.md). The server's WAL writer is slowed to 10 s (wal_writer_delay), so that a commit
- * made without waiting for its flush (synchronous_commit = off) is still unflushed at the kill,
- * as the last fraction of a second's commits are on a busy server.
+ * AGW_SYNC=full on PostgreSQL: what a commit answered survives a crash of the database server. A
+ * server of the test's own (pg-server.ts) takes messages, leases and acks one at a time, and is
+ * SIGKILLed (postmaster and every backend) right after the last answer; restarted on the same
+ * directory (crash recovery), every message answered is there and every delivery whose ack was
+ * answered is acked, and so never handed over again (the sidecar relies on it;
+ * docs/reference/configuration.md, AGW_SYNC). The server's WAL writer is slowed to 10 s
+ * (wal_writer_delay), so that a commit made without waiting for its flush
+ * (synchronous_commit = off) is still unflushed at the kill, as the last fraction of a second's
+ * commits are on a busy server.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';

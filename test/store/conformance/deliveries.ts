@@ -80,7 +80,7 @@ export function deliveriesConformance(name: string, open: Open): void {
     });
 
     it("answers another agent's delivery as unknown in an ack or nack, and changes nothing of it", async () => {
-      // review 2026-12-04, L8: a 403 for it told any agent which ids other agents held
+      // a 403 for it once told any agent which ids other agents held
       const h = await open();
       await h.send(draft({ channel: '@qa' }), draft({ channel: '@pm' }));
       const [x] = await h.lease('qa', 10, T0);

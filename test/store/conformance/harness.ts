@@ -65,7 +65,10 @@ export const BASE_DELIVERY: DeliveryConfig = {
   random: () => 0.5,
 };
 
-/** CONTRACT.md's defaults, spelled out: hops per chain, messages per thread. */
+/**
+ * The default budgets (docs/reference/configuration.md), spelled out: hops per chain, messages
+ * per thread.
+ */
 export const BASE_BUDGETS: ThreadBudgets = { hops: 8, messages: 16 };
 
 export const sha256 = (text: string): Buffer => createHash('sha256').update(text).digest();
