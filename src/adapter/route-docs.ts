@@ -325,7 +325,7 @@ export function adapterOpenApiDocument(version: string): Record<string, unknown>
         title: 'agent-gateway adapter',
         version,
         description:
-          "The central adapter (CONTRACT.md, docs/reference/adapter-api.md): it stores each message durably, fans it out to its channel's members, and hands each recipient its deliveries in order under a lease. Every /v1 endpoint takes an agent's bearer token; a POST with a body is `Content-Type: application/json`.",
+          "The central adapter (docs/reference/adapter-api.md): it stores each message durably, fans it out to its channel's members, and hands each recipient its deliveries in order under a lease. Every /v1 endpoint takes an agent's bearer token; a POST with a body is `Content-Type: application/json`.",
         servers: [
           {
             url: 'http://agent-gateway-adapter:8080',

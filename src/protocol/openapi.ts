@@ -1,5 +1,5 @@
 /**
- * The OpenAPI 3.1 documents both programs serve at GET /openapi.json (CONTRACT.md), rendered
+ * The OpenAPI 3.1 documents both programs serve at GET /openapi.json (docs/reference/operations.md), rendered
  * from what is declared elsewhere: each endpoint's method, path, who may call it, its query,
  * body and answers (zod schemas, as JSON Schema 2020-12, the dialect of OpenAPI 3.1) and the
  * catalogue's errors it may answer, grouped by status. The agent's operations come from

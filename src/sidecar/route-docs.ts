@@ -146,7 +146,7 @@ export function sidecarOpenApiDocument(version: string): Record<string, unknown>
         title: 'agent-gateway sidecar',
         version,
         description:
-          "The per-pod gateway an agent runtime calls on loopback (CONTRACT.md, docs/reference/sidecar.md). No token: the pod is the trust boundary; requests must come from a local runtime (Host, Origin and Sec-Fetch-Site are checked) and every POST is `Content-Type: application/json`. Sends the adapter does not answer are kept in an outbox and delivered later; the agent's own negative delivery ids (replayed copies) are accepted beside the adapter's.",
+          "The per-pod gateway an agent runtime calls on loopback (docs/reference/sidecar.md). No token: the pod is the trust boundary; requests must come from a local runtime (Host, Origin and Sec-Fetch-Site are checked) and every POST is `Content-Type: application/json`. Sends the adapter does not answer are kept in an outbox and delivered later; the agent's own negative delivery ids (replayed copies) are accepted beside the adapter's.",
         servers: [
           {
             url: 'http://127.0.0.1:7070',

@@ -40,7 +40,7 @@ const stateOf = async (sender: string, messageId: string, recipient: string) => 
   return (r.body.recipients as Json[]).find((x) => x.agent === recipient);
 };
 
-it('a member flooding product with 600 status within its rate evicts its own, never pm’s task/request to qa (review M9)', {
+it('a member flooding product with 600 status within its rate evicts its own, never pm’s task/request to qa', {
   timeout: 60_000,
 }, async () => {
   let clock = Date.UTC(2031, 0, 1);
@@ -94,7 +94,7 @@ it('a member flooding product with 600 status within its rate evicts its own, ne
   expect(first.message.message_id).toBe(tasks[0]!.message_id);
 });
 
-it("one agent's 25 escalations to the orchestrator at AGW_CRITICAL_CAPACITY=20 dead-letter its own, never qa's escalation or the adapter's alert (review M2)", async () => {
+it("one agent's 25 escalations to the orchestrator at AGW_CRITICAL_CAPACITY=20 dead-letter its own, never qa's escalation or the adapter's alert", async () => {
   t = await startTestAdapter({ criticalCapacity: '20' });
   const flood = await batch(
     'pm',
@@ -135,7 +135,7 @@ it("one agent's 25 escalations to the orchestrator at AGW_CRITICAL_CAPACITY=20 d
   ]);
 });
 
-it('refused replies in 60 threads make one alert/budget for their sender, not 60 (review N-4)', async () => {
+it('refused replies in 60 threads make one alert/budget for their sender, not 60', async () => {
   let clock = Date.UTC(2031, 0, 1);
   t = await startTestAdapter({ hopBudget: '1' }, { now: () => clock });
   const roots = await batch(

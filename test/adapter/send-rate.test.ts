@@ -111,7 +111,7 @@ describe('SendRates', () => {
     expect(drain(rates, 'pm')).toBe(1);
   });
 
-  it('defaults to 100 a second with a burst of 500 (CONTRACT.md)', () => {
+  it('defaults to 100 a second with a burst of 500', () => {
     expect(DEFAULT_SEND_RATE).toEqual({ perSecond: 100, burst: 500 });
     expect(ADAPTER_SETTINGS.sendRate).toEqual({ env: 'AGW_SEND_RATE', default: '100' });
     expect(ADAPTER_SETTINGS.sendBurst).toEqual({ env: 'AGW_SEND_BURST', default: '500' });

@@ -124,7 +124,7 @@ describe('storage bounds', () => {
     expect(await replayQa()).toEqual([...acked, other.body.message_id]);
   });
 
-  it("by default gives each sender twice an equal part of the store (a third of it for the seed's 6 agents): two agents no longer fill it (issue 29, review H3)", {
+  it("by default gives each sender twice an equal part of the store (a third of it for the seed's 6 agents): two agents no longer fill it", {
     timeout: 30_000,
   }, async () => {
     t = await startTestAdapter({ maxStoreBytes: String(3 * 1024 * 1024), minFreeBytes: '0' });

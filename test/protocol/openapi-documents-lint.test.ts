@@ -1,5 +1,5 @@
 /**
- * Both programs serve an OpenAPI 3.1 document at GET /openapi.json (CONTRACT.md). Each, as a
+ * Both programs serve an OpenAPI 3.1 document at GET /openapi.json (docs/reference/operations.md). Each, as a
  * real program serves it over HTTP, passes Redocly's recommended rules (redocly.yaml beside
  * this file) with no error and no warning, and documents exactly the routes of its program's
  * table, one operation for each method and path, with the token the route asks for: the

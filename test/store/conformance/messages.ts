@@ -382,7 +382,7 @@ export function messagesConformance(name: string, open: Open): void {
       expect(await h.messages('product')).toHaveLength(3);
     });
 
-    it('raises alert/budget to alerts_to for the first refusal at once, then once per sender and window with the count since, across threads (review N-4)', async () => {
+    it('raises alert/budget to alerts_to for the first refusal at once, then once per sender and window with the count since, across threads', async () => {
       const h = await open(
         { alertWindowMs: 30_000 },
         ['@engineering'],

@@ -130,7 +130,7 @@ export function queuesConformance(name: string, open: Open): void {
       expect(await h.deadLetters()).toHaveLength(1);
     });
 
-    it("evicts the flooding sender's own oldest copies: a sender within its share of the queue loses none (issue 29)", async () => {
+    it("evicts the flooding sender's own oldest copies: a sender within its share of the queue loses none", async () => {
       const h = await open({ capacity: 4 }, ['product']);
       const [pm1] = await h.send(draft({ channel: '@qa', sender: 'pm', kind: 'task/request' }));
       // engineering floods qa through product, in one group: 10 copies into a queue of 4
