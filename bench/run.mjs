@@ -308,7 +308,7 @@ ${[1, 16, 64]
 
 ### Against the bar
 
-The write-path issue set the bar for FULL at NATS JetStream's figures on this kind of machine,
+The write-path work set the bar for FULL at NATS JetStream's figures on this kind of machine,
 about 21,000 and 28,000 acked msgs/s at 16 and 64 in flight (JetStream does not fsync per
 message), with the bare HTTP floor then at 31,000 to 34,000. Floors differ from run to run, so
 compare shares of the floor: JetStream's were about 65% and 85%. Ours in this run, with an fsync
@@ -535,8 +535,8 @@ ${(() => {
   return `The bare proxies (\`bench/lib/bare-proxy.mjs\`: node:http in, an undici Pool out, no check, no
 store, no breaker) stand where the sidecars stand, so their column is the floor of the path's
 shape: what two more loopback HTTP hops in Node cost with no work at all. In this run they added
-${hops} ms to the direct trip's p50, and the sidecars' p50 was ${Math.abs(ours)} ms ${ours >= 0 ? 'above' : 'below'} theirs. The issue's aim
-puts the whole path at or under PostgreSQL's p50 (${pgE2e.p50_ms} ms here): ${
+${hops} ms to the direct trip's p50, and the sidecars' p50 was ${Math.abs(ours)} ms ${ours >= 0 ? 'above' : 'below'} theirs. The aim puts
+the whole path at or under PostgreSQL's p50 (${pgE2e.p50_ms} ms here): ${
     pgE2e.p50_ms > d.p50_ms
       ? `a margin of ${round(pgE2e.p50_ms - d.p50_ms, 3)} ms over the direct trip for both hops and both sidecars' work, ${hops > pgE2e.p50_ms - d.p50_ms ? 'less than the two bare hops take alone' : 'more than the two bare hops take alone'}`
       : `in this run the direct trip alone was ${round(d.p50_ms - pgE2e.p50_ms, 3)} ms over it, before any hop`
