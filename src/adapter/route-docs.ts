@@ -12,7 +12,12 @@ import { deliveryIdsSchema, leaseExtensionSchema, nackSchema } from '../protocol
 import { EnvelopeSchema } from '../protocol/envelope.js';
 import type { ErrorCode } from '../protocol/errors.js';
 import { DEFAULT_MAX_LEASE_MS, MAX_BATCH, PAGE_MAX_LIMIT } from '../protocol/limits.js';
-import { agentDocOperation, type DocOperation, openApiDocument } from '../protocol/openapi.js';
+import {
+  agentDocOperation,
+  type DocOperation,
+  openApiDocument,
+  withEveryCallErrors,
+} from '../protocol/openapi.js';
 import { PRIORITIES } from '../protocol/priority.js';
 import type { DeadLetterReason } from '../store/store.js';
 
@@ -304,39 +309,34 @@ const ROUTES: readonly DocOperation[] = [
 
 /**
  * What every request to the adapter may be answered, beside an operation's own errors: a bug;
- * with a token, the adapter starting or stopping; a POST that is not JSON; a body past its bound.
+ * with a token, the adapter starting or stopping (and, by withEveryCallErrors, a POST that is
+ * not JSON, a body past its bound).
  */
 function withEveryCall(op: DocOperation): DocOperation {
-  const more: ErrorCode[] = ['internal'];
-  if (op.auth) more.push('not_ready', 'shutting_down');
-  if (op.method === 'POST') more.push('not_json');
-  if (op.body !== undefined) more.push('payload_too_large');
-  return { ...op, errors: [...new Set([...op.errors, ...more])] };
+  return withEveryCallErrors(
+    op,
+    op.auth ? ['internal', 'not_ready', 'shutting_down'] : ['internal'],
+  );
 }
 
-const documents = new Map<string, Record<string, unknown>>();
+let document: Record<string, unknown> | undefined;
 
-/** The document for this package version, made once: it never changes while the adapter runs. */
+/** The document, made at its first request: it never changes while the adapter runs. */
 export function adapterOpenApiDocument(version: string): Record<string, unknown> {
-  let doc = documents.get(version);
-  if (doc === undefined) {
-    doc = openApiDocument(
-      {
-        title: 'agent-gateway adapter',
-        version,
-        description:
-          "The central adapter (docs/reference/adapter-api.md): it stores each message durably, fans it out to its channel's members, and hands each recipient its deliveries in order under a lease. Every /v1 endpoint takes an agent's bearer token; a POST with a body is `Content-Type: application/json`.",
-        servers: [
-          {
-            url: 'http://agent-gateway-adapter:8080',
-            description:
-              "The adapter's Service in the Kubernetes manifests (k8s/base/adapter.yaml).",
-          },
-        ],
-      },
-      ROUTES.map(withEveryCall),
-    );
-    documents.set(version, doc);
-  }
-  return doc;
+  document ??= openApiDocument(
+    {
+      title: 'agent-gateway adapter',
+      version,
+      description:
+        "The central adapter (docs/reference/adapter-api.md): it stores each message durably, fans it out to its channel's members, and hands each recipient its deliveries in order under a lease. Every /v1 endpoint takes an agent's bearer token; a POST with a body is `Content-Type: application/json`.",
+      servers: [
+        {
+          url: 'http://agent-gateway-adapter:8080',
+          description: "The adapter's Service in the Kubernetes manifests (k8s/base/adapter.yaml).",
+        },
+      ],
+    },
+    ROUTES.map(withEveryCall),
+  );
+  return document;
 }

@@ -343,3 +343,15 @@ export function agentDocOperation(op: Operation): DocOperation {
 export function agentDocOperations(): DocOperation[] {
   return OPERATION_LIST.map(agentDocOperation);
 }
+
+/**
+ * An operation with the errors every call of its program may get beside its own: `more` (the
+ * program's: its request checks, a bug), and 415 `not_json` for a POST, 413 `payload_too_large`
+ * for one with a body.
+ */
+export function withEveryCallErrors(op: DocOperation, more: readonly ErrorCode[]): DocOperation {
+  const all = [...op.errors, ...more];
+  if (op.method === 'POST') all.push('not_json');
+  if (op.body !== undefined) all.push('payload_too_large');
+  return { ...op, errors: [...new Set(all)] };
+}

@@ -5,8 +5,12 @@
  */
 import { z } from 'zod';
 import { ErrorBodySchema } from '../protocol/agent-schemas.js';
-import type { ErrorCode } from '../protocol/errors.js';
-import { agentDocOperations, type DocOperation, openApiDocument } from '../protocol/openapi.js';
+import {
+  agentDocOperations,
+  type DocOperation,
+  openApiDocument,
+  withEveryCallErrors,
+} from '../protocol/openapi.js';
 
 const status = (value: string) => z.looseObject({ status: z.literal(value) });
 
@@ -129,34 +133,27 @@ const LOCAL: readonly DocOperation[] = [
  * a body past its bound, and a bug.
  */
 function withEveryCall(op: DocOperation): DocOperation {
-  const more: ErrorCode[] = ['bad_host', 'cross_origin', 'internal'];
-  if (op.method === 'POST') more.push('not_json');
-  if (op.body !== undefined) more.push('payload_too_large');
-  return { ...op, errors: [...new Set([...op.errors, ...more])] };
+  return withEveryCallErrors(op, ['bad_host', 'cross_origin', 'internal']);
 }
 
-const documents = new Map<string, Record<string, unknown>>();
+let document: Record<string, unknown> | undefined;
 
-/** The document for this package version, made once: it never changes while the sidecar runs. */
+/** The document, made at its first request: it never changes while the sidecar runs. */
 export function sidecarOpenApiDocument(version: string): Record<string, unknown> {
-  let doc = documents.get(version);
-  if (doc === undefined) {
-    doc = openApiDocument(
-      {
-        title: 'agent-gateway sidecar',
-        version,
-        description:
-          "The per-pod gateway an agent runtime calls on loopback (docs/reference/sidecar.md). No token: the pod is the trust boundary; requests must come from a local runtime (Host, Origin and Sec-Fetch-Site are checked) and every POST is `Content-Type: application/json`. Sends the adapter does not answer are kept in an outbox and delivered later; the agent's own negative delivery ids (replayed copies) are accepted beside the adapter's.",
-        servers: [
-          {
-            url: 'http://127.0.0.1:7070',
-            description: "The sidecar at its default AGW_LISTEN, in the agent's pod.",
-          },
-        ],
-      },
-      [...agentDocOperations(), ...LOCAL].map(withEveryCall),
-    );
-    documents.set(version, doc);
-  }
-  return doc;
+  document ??= openApiDocument(
+    {
+      title: 'agent-gateway sidecar',
+      version,
+      description:
+        "The per-pod gateway an agent runtime calls on loopback (docs/reference/sidecar.md). No token: the pod is the trust boundary; requests must come from a local runtime (Host, Origin and Sec-Fetch-Site are checked) and every POST is `Content-Type: application/json`. Sends the adapter does not answer are kept in an outbox and delivered later; the agent's own negative delivery ids (replayed copies) are accepted beside the adapter's.",
+      servers: [
+        {
+          url: 'http://127.0.0.1:7070',
+          description: "The sidecar at its default AGW_LISTEN, in the agent's pod.",
+        },
+      ],
+    },
+    [...agentDocOperations(), ...LOCAL].map(withEveryCall),
+  );
+  return document;
 }
