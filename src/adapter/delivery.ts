@@ -150,7 +150,7 @@ export class DeliveryService {
 
   async ack(agent: string, ids: readonly number[]) {
     this.stalls?.active(agent);
-    const r = await this.#commits.run({ op: 'ack', agent, ids });
+    const r = await this.#commits.run({ op: 'ack', agent, ids, now: this.#now() });
     return { acked: r.acked, dead_lettered: r.dead, unknown: r.unknown };
   }
 

@@ -281,7 +281,13 @@ export type StoreOp =
       readonly now: number;
       readonly maxBytes?: number;
     }
-  | { readonly op: 'ack'; readonly agent: string; readonly ids: readonly number[] }
+  | {
+      readonly op: 'ack';
+      readonly agent: string;
+      readonly ids: readonly number[];
+      /** When, for the acks' journey events; default the store's clock. */
+      readonly now?: number;
+    }
   /** A failed attempt; with `retry` false, dead-lettered at once (`rejected`, `reason` kept). */
   | {
       readonly op: 'nack';
@@ -377,6 +383,72 @@ export interface MessageStatus {
   }[];
 }
 
+/**
+ * A change of one delivery, as its journey tells it (docs/design/journey.md). A copy's `queued`
+ * is its message's commit, never a row.
+ */
+export type DeliveryEvent =
+  | 'leased'
+  | 'lease_extended'
+  | 'lease_expired'
+  | 'nacked'
+  | 'acked'
+  | 'evicted'
+  | 'expired'
+  | 'dead_lettered'
+  | 'redriven'
+  | 'paused'
+  | 'resumed';
+
+/** What the store keeps of a message's journey: each recipient's latest copy and the events. */
+export interface JourneyRows {
+  /** When the message was stored, ms: every copy's `queued`. */
+  readonly acceptedAt: number;
+  readonly copies: readonly JourneyCopy[];
+  /** Every event of every copy of the message, oldest first. */
+  readonly events: readonly {
+    readonly recipient: string;
+    readonly delivery: number;
+    readonly at: number;
+    readonly event: DeliveryEvent;
+    readonly attempt: number;
+    /** JSON, or null. */
+    readonly detail: string | null;
+  }[];
+}
+
+/** One recipient's latest copy of a message, with what the journey needs around it. */
+export interface JourneyCopy {
+  readonly recipient: string;
+  readonly delivery: number;
+  readonly state: DeliveryStateName;
+  readonly attempts: number;
+  readonly availableAt: number;
+  readonly leaseExpiresAt: number | null;
+  readonly reason: string | null;
+  readonly note: string | null;
+  /** When it was dead-lettered, ms. */
+  readonly deadAt: number | null;
+  /** The recipient's last poll, ms; null: none the store has seen. */
+  readonly lastPoll: number | null;
+  /** The recipient's open deliveries (pending and leased), all channels. */
+  readonly waiting: number;
+  /** The first open copy of the same channel for the recipient, when it is another message's. */
+  readonly head: {
+    readonly messageId: string;
+    readonly seq: number;
+    readonly kind: string;
+    readonly sender: string;
+    readonly delivery: number;
+    readonly state: DeliveryStateName;
+    readonly attempts: number;
+    readonly availableAt: number;
+    readonly leaseExpiresAt: number | null;
+    /** When it was last leased, ms. */
+    readonly leasedAt: number | null;
+  } | null;
+}
+
 /** A page of a thread: its messages' JSON, and the cursor after the last (null: empty page). */
 export interface ThreadPage {
   readonly messages: string[];
@@ -440,6 +512,8 @@ export interface Store {
    * A message that fails its checksum is answered with `message` "null", never its bytes.
    */
   messageStatus(messageId: string): Promise<MessageStatus | undefined>;
+  /** What the store keeps of a message's journey; undefined if the message is unknown. */
+  journey(messageId: string): Promise<JourneyRows | undefined>;
   /**
    * Dead letters with id > `after`, oldest first, each with its message; `maxBytes` as above.
    * One whose message fails its checksum (an `integrity` dead letter) has `"message":null`.

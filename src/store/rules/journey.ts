@@ -3,6 +3,8 @@
  * causes"): a pure function of the copy, the copy that holds its lane, the recipient's last poll
  * and the time. Both stores read what it needs; nothing here is stored.
  */
+import { type DeliveryEvent, DeliveryState, type JourneyCopy, type JourneyRows } from '../store.js';
+import { STATE_NAME } from './stored-message.js';
 
 export type JourneyCause =
   | 'acked'
@@ -198,4 +200,205 @@ function span(s: number): string {
 
 function capital(s: string): string {
   return s.charAt(0).toUpperCase() + s.slice(1);
+}
+
+// ---- from the store's rows to the journey (both engines) ----
+
+/** A recipient's latest copy, as the engines read it. */
+export interface JourneyCopyRow {
+  readonly id: number;
+  readonly recipient: string;
+  readonly channel: string;
+  readonly state: number;
+  readonly attempt: number;
+  readonly available_at: number;
+  readonly lease_expires_at: number | null;
+  readonly reason: string | null;
+  readonly note: string | null;
+  readonly dead_at: number | null;
+  readonly last_poll: number | null;
+}
+
+export interface JourneyEventRow {
+  readonly recipient: string;
+  readonly delivery: number;
+  readonly at: number;
+  readonly event: DeliveryEvent;
+  readonly attempt: number;
+  readonly detail: string | null;
+}
+
+/** The first open copy of a recipient's lane in a channel. */
+export interface LaneHeadRow {
+  readonly id: number;
+  readonly message: number;
+  readonly state: number;
+  readonly attempt: number;
+  readonly available_at: number;
+  readonly lease_expires_at: number | null;
+  readonly message_id: string;
+  readonly seq: number;
+  readonly kind: string;
+  readonly sender: string;
+}
+
+/** What the assembly asks the engine for, per open copy (sync on SQLite, async on PostgreSQL). */
+export interface JourneyLookups {
+  head(
+    recipient: string,
+    channel: string,
+  ): LaneHeadRow | undefined | Promise<LaneHeadRow | undefined>;
+  lastLeased(message: number, delivery: number): number | null | Promise<number | null>;
+  waiting(recipient: string): number | Promise<number>;
+}
+
+/** An agent's last poll is written at most this often, ms (docs/design/journey.md, "Last poll"). */
+export const POLL_MARK_MS = 1000;
+
+const OPEN = new Set<number>([DeliveryState.pending, DeliveryState.leased]);
+
+/** The store's rows of a message's journey, with each open copy's lane head and queue. */
+export async function journeyRows(
+  acceptedAt: number,
+  copies: readonly JourneyCopyRow[],
+  events: readonly JourneyEventRow[],
+  lookups: JourneyLookups,
+): Promise<JourneyRows> {
+  const out: JourneyCopy[] = [];
+  for (const c of copies) {
+    const open = OPEN.has(c.state);
+    const h = open ? await lookups.head(c.recipient, c.channel) : undefined;
+    const head =
+      h === undefined || h.id === c.id
+        ? null
+        : {
+            messageId: h.message_id,
+            seq: h.seq,
+            kind: h.kind,
+            sender: h.sender,
+            delivery: h.id,
+            state: STATE_NAME[h.state as DeliveryState],
+            attempts: h.attempt,
+            availableAt: h.available_at,
+            leaseExpiresAt: h.lease_expires_at,
+            leasedAt: await lookups.lastLeased(h.message, h.id),
+          };
+    out.push({
+      recipient: c.recipient,
+      delivery: c.id,
+      state: STATE_NAME[c.state as DeliveryState],
+      attempts: c.attempt,
+      availableAt: c.available_at,
+      leaseExpiresAt: c.lease_expires_at,
+      reason: c.reason,
+      note: c.note,
+      deadAt: c.dead_at,
+      lastPoll: c.last_poll,
+      waiting: open ? await lookups.waiting(c.recipient) : 0,
+      head,
+    });
+  }
+  return { acceptedAt, copies: out, events };
+}
+
+/** One recipient's part of GET /v1/messages/{message_id}/journey (docs/reference/adapter-api.md). */
+export interface RecipientJourney {
+  readonly agent: string;
+  readonly state: string;
+  readonly attempts: number;
+  readonly reason: string | null;
+  readonly note: string | null;
+  readonly cause: JourneyCause;
+  readonly explanation: string;
+  readonly last_poll: string | null;
+  readonly waiting_behind: CopyCause['waiting_behind'];
+  readonly events: readonly {
+    readonly at: string;
+    readonly event: DeliveryEvent | 'queued';
+    readonly attempt: number;
+    readonly detail: Record<string, unknown> | null;
+  }[];
+}
+
+/** Each recipient's journey (`only`: that recipient's alone), its cause worked out at `now`. */
+export function recipientJourneys(
+  rows: JourneyRows,
+  opts: { readonly maxAttempts: number; readonly now: number; readonly only?: string },
+): RecipientJourney[] {
+  const { maxAttempts, now } = opts;
+  const iso = (t: number) => new Date(t).toISOString();
+  return rows.copies
+    .filter((c) => opts.only === undefined || c.recipient === opts.only)
+    .map((c) => {
+      const mine = rows.events.filter((e) => e.recipient === c.recipient);
+      const ofCopy = mine.filter((e) => e.delivery === c.delivery);
+      const last = (names: readonly string[]) => ofCopy.findLast((e) => names.includes(e.event));
+      const failed = last(['nacked', 'lease_expired']);
+      const view: CopyView = {
+        agent: c.recipient,
+        state: c.state,
+        attempts: c.attempts,
+        maxAttempts,
+        availableAt: c.availableAt,
+        leaseExpiresAt: c.leaseExpiresAt,
+        leasedAt: last(['leased'])?.at ?? null,
+        finishedAt: c.state === 'acked' ? (last(['acked'])?.at ?? null) : c.deadAt,
+        reason: c.reason,
+        note: c.note,
+        lastFailure:
+          failed === undefined
+            ? null
+            : {
+                nacked: failed.event === 'nacked',
+                reason: (parse(failed.detail)?.reason as string | null | undefined) ?? null,
+              },
+        lastPoll: c.lastPoll,
+        waiting: c.waiting,
+      };
+      const h = c.head;
+      const blocker =
+        h === null
+          ? null
+          : {
+              message_id: h.messageId,
+              channel_sequence_id: h.seq,
+              kind: h.kind,
+              sender: h.sender,
+              copy: {
+                agent: c.recipient,
+                state: h.state,
+                attempts: h.attempts,
+                maxAttempts,
+                availableAt: h.availableAt,
+                leaseExpiresAt: h.leaseExpiresAt,
+                leasedAt: h.leasedAt,
+                lastPoll: c.lastPoll,
+              },
+            };
+      const cause = causeOf(view, blocker, now);
+      return {
+        agent: c.recipient,
+        state: c.state,
+        attempts: c.attempts,
+        reason: c.reason,
+        note: c.note,
+        cause: cause.cause,
+        explanation: cause.explanation,
+        last_poll: c.lastPoll === null ? null : iso(c.lastPoll),
+        waiting_behind: cause.waiting_behind,
+        events: [
+          { at: iso(rows.acceptedAt), event: 'queued' as const, attempt: 0, detail: null },
+          ...mine.map((e) => ({
+            at: iso(e.at),
+            event: e.event,
+            attempt: e.attempt,
+            detail: parse(e.detail),
+          })),
+        ],
+      };
+    });
+}
+
+function parse(detail: string | null): Record<string, unknown> | null {
+  return detail === null ? null : (JSON.parse(detail) as Record<string, unknown>);
 }

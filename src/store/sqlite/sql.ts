@@ -184,6 +184,28 @@ export const MIGRATIONS: readonly string[] = [
     FROM budget_rows;
   DROP TABLE budget_rows;
   `,
+  // 8: a message's journey (docs/design/journey.md). One row per change of a delivery, written
+  // in the transaction of the change: leased (attempt, lease end, replica), lease_extended,
+  // lease_expired, nacked, acked, evicted, dead_lettered, redriven. A copy's `queued` is its
+  // message's commit and has no row: the send path writes nothing more. Read by message, and
+  // deleted with it by retention. Each agent's last poll, for the journey's `last_poll`.
+  `
+  CREATE TABLE IF NOT EXISTS delivery_events (
+    id        INTEGER PRIMARY KEY,
+    message   INTEGER NOT NULL,
+    delivery  INTEGER NOT NULL,
+    recipient TEXT NOT NULL,
+    at        INTEGER NOT NULL, -- ms since the epoch
+    event     TEXT NOT NULL,
+    attempt   INTEGER NOT NULL,
+    detail    TEXT -- JSON, or NULL
+  );
+  CREATE INDEX IF NOT EXISTS delivery_events_by_message ON delivery_events (message, id);
+  CREATE TABLE IF NOT EXISTS agent_polls (
+    agent     TEXT PRIMARY KEY,
+    last_poll INTEGER NOT NULL -- ms since the epoch
+  ) WITHOUT ROWID;
+  `,
 ];
 
 export const SQL = {
@@ -273,7 +295,7 @@ export const SQL = {
     WHERE recipient = ? AND channel = ? AND state IN (0, 1) AND id >= ? ORDER BY id LIMIT ?`,
   lease: `
     UPDATE deliveries SET state = 1, attempt = attempt + 1, lease_expires_at = ?
-    WHERE id = ? RETURNING attempt`,
+    WHERE id = ? RETURNING attempt, message, recipient`,
   delivery: `
     SELECT id, message, recipient, state, attempt, priority, lease_expires_at
     FROM deliveries WHERE id = ?`,
@@ -307,6 +329,39 @@ export const SQL = {
     INSERT INTO agents (id, last_seen) VALUES (?, ?)
     ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`,
   agents: 'SELECT id, last_seen FROM agents',
+  touchPoll: `
+    INSERT INTO agent_polls (agent, last_poll) VALUES (?, ?)
+    ON CONFLICT (agent) DO UPDATE SET last_poll = excluded.last_poll`,
+
+  // a message's journey (docs/design/journey.md)
+  insertEvent: `
+    INSERT INTO delivery_events (message, delivery, recipient, at, event, attempt, detail)
+    VALUES (?, ?, ?, ?, ?, ?, ?)`,
+  journeyEvents: `
+    SELECT recipient, delivery, at, event, attempt, detail FROM delivery_events
+    WHERE message = ? ORDER BY id`,
+  // each recipient's latest copy of a message (a replayed dead letter makes another)
+  journeyCopies: `
+    SELECT d.id, d.recipient, d.channel, d.state, d.attempt, d.available_at, d.lease_expires_at,
+           dl.reason, dl.note, dl.created_at AS dead_at, a.last_poll
+    FROM deliveries d
+    LEFT JOIN dead_letters dl ON dl.delivery = d.id
+    LEFT JOIN agent_polls a ON a.agent = d.recipient
+    WHERE d.message = ? AND d.id = (SELECT max(id) FROM deliveries
+                                    WHERE message = d.message AND recipient = d.recipient)
+    ORDER BY d.id`,
+  // the head of a recipient's lane in a channel: its first open delivery
+  laneHead: `
+    SELECT d.id, d.message, d.state, d.attempt, d.available_at, d.lease_expires_at,
+           m.message_id, m.seq, m.kind, m.sender
+    FROM deliveries d JOIN messages m ON m.id = d.message
+    WHERE d.recipient = ? AND d.channel = ? AND d.state IN (0, 1) ORDER BY d.id LIMIT 1`,
+  // when a delivery was last leased (for the sentence "leased since")
+  lastLeased: `
+    SELECT at FROM delivery_events WHERE message = ? AND delivery = ? AND event = 'leased'
+    ORDER BY id DESC LIMIT 1`,
+  openDeliveries: `
+    SELECT count(*) FROM deliveries WHERE recipient = ? AND state IN (0, 1)`,
   // The stall check's read, per agent: the first-arrived pending delivery, normal (from
   // deliveries_oldest_normal) or critical (deliveries_critical), and when it was ready. ~9 µs an
   // agent with 1,000 pending; a GROUP BY over every pending row took 64 ms at 100,000.
@@ -361,6 +416,7 @@ export const SQL = {
     ORDER BY m.received_at LIMIT ?`,
   pruneDeadLetters: 'DELETE FROM dead_letters WHERE message = ?',
   pruneDeliveries: 'DELETE FROM deliveries WHERE message = ?',
+  pruneDeliveryEvents: 'DELETE FROM delivery_events WHERE message = ?',
   pruneMessage: 'DELETE FROM messages WHERE id = ?',
 
   // storage bounds (storage-budget.ts)

@@ -4,6 +4,7 @@
  * method runs inside the caller's transaction (the group commit), so a delivery and its dead
  * letter or alert are written together or not at all.
  */
+import { hostname } from 'node:os';
 import type Database from 'better-sqlite3';
 import { ADAPTER_KIND_PREFIX } from '../../protocol/envelope.js';
 import type { CommitEffectsLog } from '../rules/commit-effects.js';
@@ -11,6 +12,7 @@ import { type DeliveryRow, DeliveryRules, type DeliverySettings } from '../rules
 import type { Holding } from '../rules/queue-shares.js';
 import {
   type DeadLetterReason,
+  type DeliveryEvent,
   DeliveryState,
   type DeliveryStats,
   type OpResults,
@@ -22,6 +24,9 @@ type Row = DeliveryRow;
 
 /** Expired leases handled per statement in a sweep. */
 const SWEEP_CHUNK = 500;
+
+/** The adapter that leased a delivery, as its journey names it: the pod's name in Kubernetes. */
+const REPLICA = hostname();
 
 export class Deliveries {
   readonly #rules: DeliveryRules;
@@ -53,7 +58,7 @@ export class Deliveries {
       lane: p<{ id: number; message: number; state: DeliveryState; available_at: number }>(
         SQL.lane,
       ),
-      lease: p<{ attempt: number }>(SQL.lease),
+      lease: p<{ attempt: number; message: number; recipient: string }>(SQL.lease),
       delivery: p<Row>(SQL.delivery),
       setState: p(SQL.setState),
       retryLater: p(SQL.retryLater),
@@ -63,6 +68,7 @@ export class Deliveries {
       kind: p<{ kind: string; message_id: string }>(SQL.messageKind),
       insertDead: p(SQL.insertDeadLetter),
       extend: p(SQL.extendLease),
+      event: p(SQL.insertEvent),
     };
     this.reloadDepths();
   }
@@ -148,8 +154,13 @@ export class Deliveries {
   /** Leases these deliveries until now + leaseMs; returns each one's attempt number. */
   lease(ids: readonly number[], now: number): number[] {
     const expires = now + this.#rules.leaseMs;
+    const detail = JSON.stringify({
+      lease_expires_at: new Date(expires).toISOString(),
+      replica: REPLICA,
+    });
     return ids.map((id) => {
-      const { attempt } = this.#s.lease.get(expires, id)!;
+      const { attempt, message, recipient } = this.#s.lease.get(expires, id)!;
+      this.#s.event.run(message, id, recipient, now, 'leased', attempt, detail);
       this.#fx.timingChanged = true;
       this.#stats.handedOut++;
       if (attempt > 1) this.#stats.redelivered++;
@@ -158,10 +169,11 @@ export class Deliveries {
   }
 
   /** Acks: done with these (the rule: rules/deliveries.ts sortAcks). */
-  ack(agent: string, ids: readonly number[]): OpResults['ack'] {
+  ack(agent: string, ids: readonly number[], now: number): OpResults['ack'] {
     const { answer, toAck } = this.#rules.sortAcks(ids, this.#own(agent, ids));
     for (const r of toAck) {
       this.#s.setState.run(DeliveryState.acked, r.id);
+      this.#event(r, 'acked', now);
       this.#bump(agent, -1, -r.priority);
       this.#stats.acked++;
     }
@@ -182,6 +194,7 @@ export class Deliveries {
   ): OpResults['nack'] {
     const { answer, toNack } = this.#rules.sortNacks(ids, this.#own(agent, ids));
     for (const r of toNack) {
+      this.#event(r, 'nacked', now, { retry, reason });
       if (retry) this.#failAttempt(r, 'nacked', now);
       else this.#deadLetter(r, 'rejected', now, reason);
     }
@@ -199,14 +212,16 @@ export class Deliveries {
     extendMs: number,
     now: number,
   ): OpResults['extend'] {
-    const { expires, answer } = this.#rules.extension(
-      agent,
-      ids,
-      this.#own(agent, ids),
-      extendMs,
-      now,
-    );
-    for (const id of ids) this.#s.extend.run(expires, id);
+    const own = this.#own(agent, ids);
+    const { expires, answer } = this.#rules.extension(agent, ids, own, extendMs, now);
+    const detail = { lease_expires_at: new Date(expires).toISOString() };
+    const done = new Set<number>(); // an id repeated in one request is extended once
+    for (const r of own as Row[]) {
+      if (done.has(r.id)) continue;
+      done.add(r.id);
+      this.#s.extend.run(expires, r.id);
+      this.#event(r, 'lease_extended', now, detail);
+    }
     this.#fx.timingChanged = true;
     return answer;
   }
@@ -225,7 +240,10 @@ export class Deliveries {
   sweep(now: number): void {
     for (;;) {
       const expired = this.#s.expired.all(now, SWEEP_CHUNK);
-      for (const r of expired) this.#failAttempt(r, 'lease_expired', now);
+      for (const r of expired) {
+        this.#event(r, 'lease_expired', now);
+        this.#failAttempt(r, 'lease_expired', now);
+      }
       if (expired.length < SWEEP_CHUNK) break;
     }
   }
@@ -273,12 +291,29 @@ export class Deliveries {
       this.#bump(r.recipient, -1, -r.priority);
     }
     this.#s.insertDead.run(r.id, r.message, r.recipient, reason, r.attempt, now, note);
+    this.#event(r, reason === 'evicted' ? 'evicted' : 'dead_lettered', now, { reason, note });
     this.#stats.deadLetters[reason]++;
     const m = this.#s.kind.get(r.message);
     // An alert that dead-letters raises no alert of its own: that way lies a loop.
     if (m !== undefined && !m.kind.startsWith(ADAPTER_KIND_PREFIX)) {
       this.#alerts.raise(r.recipient, reason, m.message_id, r.attempt, now);
     }
+  }
+
+  /** A redriven dead letter's new copy: its journey continues with it. */
+  redriven(r: Pick<Row, 'id' | 'message' | 'recipient'>, deadLetter: number, now: number): void {
+    this.#event({ ...r, attempt: 0 }, 'redriven', now, { dead_letter: deadLetter });
+  }
+
+  /** One event of a delivery's journey, in the transaction of the change it records. */
+  #event(
+    r: Pick<Row, 'id' | 'message' | 'recipient' | 'attempt'>,
+    event: DeliveryEvent,
+    now: number,
+    detail?: object,
+  ): void {
+    const json = detail === undefined ? null : JSON.stringify(detail);
+    this.#s.event.run(r.message, r.id, r.recipient, now, event, r.attempt, json);
   }
 
   #bump(agent: string, all: number, critical: number): void {

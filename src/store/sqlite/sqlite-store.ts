@@ -7,6 +7,13 @@ import type { DueAlert } from '../rules/alert-rows.js';
 import { CommitEffectsLog } from '../rules/commit-effects.js';
 import { CorruptRows } from '../rules/corrupt-rows.js';
 import { deliveryConfig, newStats, statsCopy } from '../rules/deliveries.js';
+import {
+  type JourneyCopyRow,
+  type JourneyEventRow,
+  journeyRows,
+  type LaneHeadRow,
+  POLL_MARK_MS,
+} from '../rules/journey.js';
 import { DELIVERY_FIELDS_BYTES, fitting } from '../rules/page-bytes.js';
 import {
   agentState,
@@ -40,6 +47,7 @@ import {
   type DeliveryState,
   type DeliveryStats,
   type ForeignEffects,
+  type JourneyRows,
   type MessageDraft,
   type MessageStatus,
   type OpResults,
@@ -88,6 +96,8 @@ export class SqliteStore implements Store {
   readonly #file: string;
   readonly #alertsTo: string;
   readonly #fx = new CommitEffectsLog();
+  /** When each agent's last poll was last written (#polled). */
+  readonly #lastPollWritten = new Map<string, number>();
   readonly #alerts: Alerts;
   readonly #deliveries: Deliveries;
   readonly #threads: Threads;
@@ -132,6 +142,13 @@ export class SqliteStore implements Store {
       messageBody: p<BodyRow>(SQL.messageBody),
       ensureChannel: p(SQL.ensureChannel),
       touchAgent: p(SQL.touchAgent),
+      touchPoll: p(SQL.touchPoll),
+      pruneEvents: p(SQL.pruneDeliveryEvents),
+      journeyEvents: p<JourneyEventRow>(SQL.journeyEvents),
+      journeyCopies: p<JourneyCopyRow>(SQL.journeyCopies),
+      laneHead: p<LaneHeadRow>(SQL.laneHead),
+      lastLeased: p<number>(SQL.lastLeased).pluck(),
+      openDeliveries: p<number>(SQL.openDeliveries).pluck(),
       agents: p<{ id: string; last_seen: number | null }>(SQL.agents),
       oldestPendingAt: p<number>(SQL.oldestPendingAt).pluck(),
       deadLetters: p<DeadRow>(SQL.deadLetters),
@@ -216,7 +233,7 @@ export class SqliteStore implements Store {
       case 'lease':
         return this.#lease(op.agent, op.max, op.now, op.maxBytes);
       case 'ack':
-        return this.#deliveries.ack(op.agent, op.ids);
+        return this.#deliveries.ack(op.agent, op.ids, op.now ?? Date.now());
       case 'nack':
         return this.#deliveries.nack(op.agent, op.ids, op.now, op.retry, op.reason);
       case 'extend':
@@ -301,6 +318,7 @@ export class SqliteStore implements Store {
    */
   #lease(agent: string, max: number, now: number, maxBytes = Infinity): DeliveryJson[] {
     this.#reportFinds(now);
+    this.#polled(agent, now);
     for (;;) {
       const ready = this.#deliveries.ready(agent, max, now);
       if (ready.length === 0) return [];
@@ -355,6 +373,16 @@ export class SqliteStore implements Store {
     }
   }
 
+  /**
+   * The agent's last poll, for its journeys (docs/design/journey.md): written with the poll's
+   * own commit, at most once a second per agent, so that polls in a burst cost one row.
+   */
+  #polled(agent: string, now: number): void {
+    if (now - (this.#lastPollWritten.get(agent) ?? Number.NEGATIVE_INFINITY) < POLL_MARK_MS) return;
+    this.#lastPollWritten.set(agent, now);
+    this.#s.touchPoll.run(agent, now);
+  }
+
   #replayDeadLetter(id: number, now: number): OpResults['replay_dead_letter'] {
     const dl = this.#s.deadLetter.get(id);
     if (dl === undefined) return undefined;
@@ -369,6 +397,11 @@ export class SqliteStore implements Store {
       undefined,
     );
     this.#s.markReplayed.run(delivery, id);
+    this.#deliveries.redriven(
+      { id: delivery, message: dl.message, recipient: dl.recipient },
+      id,
+      now,
+    );
     this.#holdsMessage = true;
     return { delivery_id: delivery, replayed: true };
   }
@@ -382,6 +415,7 @@ export class SqliteStore implements Store {
     const rows = this.#s.prunable.all(before, JSON.stringify(keep), limit);
     for (const { id, sender, size } of rows) {
       this.#s.pruneDead.run(id);
+      this.#s.pruneEvents.run(id);
       this.#s.pruneDeliveries.run(id);
       this.#s.pruneMessage.run(id);
       this.#budget.remove(sender, size);
@@ -483,6 +517,22 @@ export class SqliteStore implements Store {
     if (m === undefined) return undefined;
     // a corrupt message: its recipients' states are still told, never its bytes
     return messageStatusOf(m, this.#s.recipients.all(m.id), (r) => this.#intact(r, true));
+  }
+
+  async journey(messageId: string): Promise<JourneyRows | undefined> {
+    const at = uuidv7Time(messageId);
+    const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
+    if (m === undefined) return undefined;
+    return journeyRows(
+      at!,
+      this.#s.journeyCopies.all(m.id),
+      this.#s.journeyEvents.all(m.id),
+      {
+        head: (recipient, channel) => this.#s.laneHead.get(recipient, channel),
+        lastLeased: (message, delivery) => this.#s.lastLeased.get(message, delivery) ?? null,
+        waiting: (recipient) => this.#s.openDeliveries.get(recipient) ?? 0,
+      },
+    );
   }
 
   async deadLetters(after: number, limit: number, maxBytes = Infinity): Promise<string[]> {

@@ -10,6 +10,7 @@
  */
 import { deliveriesConformance } from './deliveries.js';
 import { opener, type StoreFactory } from './harness.js';
+import { journeyConformance } from './journey.js';
 import { messagesConformance } from './messages.js';
 import { operationsConformance } from './operations.js';
 import { queuesConformance } from './queues.js';
@@ -22,4 +23,5 @@ export function storeConformance(name: string, factory: StoreFactory): void {
   queuesConformance(name, open);
   deliveriesConformance(name, open);
   operationsConformance(name, open);
+  journeyConformance(name, open);
 }
