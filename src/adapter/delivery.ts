@@ -14,13 +14,15 @@
 import type { Logger } from 'pino';
 import type { LeaseExtension, Nack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
-import type {
-  AgentState,
-  CommitEffects,
-  DeliveryJson,
-  OpResults,
-  Store,
-  StoreOp,
+import { recipientJourneys } from '../store/rules/journey.js';
+import {
+  type AgentState,
+  type CommitEffects,
+  DEFAULT_DELIVERY,
+  type DeliveryJson,
+  type OpResults,
+  type Store,
+  type StoreOp,
 } from '../store/store.js';
 import type { AdapterEventMap } from './events.js';
 import type { GroupCommit } from './group-commit.js';
@@ -41,6 +43,8 @@ export interface DeliveryOptions {
   readonly commits: GroupCommit;
   readonly now: () => number;
   readonly logger: Logger;
+  /** Attempts a copy gets before it is dead-lettered (1 + AGW_MAX_RETRIES), for journeys. */
+  readonly maxAttempts?: number;
   /** Where a stalled agent is told (`agent:stalled`): the adapter's event map (events.ts). */
   readonly events?: AdapterEventMap;
   /** Stalled agents are watched when given (stalls.ts): the topology's agents and alerts_to. */
@@ -57,6 +61,7 @@ export class DeliveryService {
   readonly #commits: GroupCommit;
   readonly #now: () => number;
   readonly #logger: Logger;
+  readonly #maxAttempts: number;
   readonly #waiters = new Map<string, Set<Waiter>>();
   /** Who polled when, and the stall check; undefined when not asked for. */
   readonly stalls: StallWatch | undefined;
@@ -69,6 +74,7 @@ export class DeliveryService {
     this.#commits = opts.commits;
     this.#now = opts.now;
     this.#logger = opts.logger;
+    this.#maxAttempts = opts.maxAttempts ?? 1 + DEFAULT_DELIVERY.maxRetries;
     this.stalls =
       opts.stalls &&
       new StallWatch({
@@ -191,6 +197,34 @@ export class DeliveryService {
       );
     }
     return `{"message":${s.message},"recipients":${JSON.stringify(s.recipients)}}`;
+  }
+
+  /**
+   * A message's journey (docs/reference/adapter-api.md): every recipient's for its sender and
+   * alerts_to, a recipient's own copy for a recipient; 403 for anyone else.
+   */
+  async journey(agent: string, messageId: string, alertsTo: string): Promise<string> {
+    const [s, rows] = await Promise.all([
+      this.#store.messageStatus(messageId),
+      this.#store.journey(messageId),
+    ]);
+    if (s === undefined || rows === undefined) {
+      throw new GatewayError('not_found', `no message ${messageId}`);
+    }
+    const all = agent === s.sender || agent === alertsTo;
+    if (!all && !rows.copies.some((c) => c.recipient === agent)) {
+      throw new GatewayError(
+        'not_your_message',
+        `only the sender of ${messageId}, its recipients (their own copy) and ${alertsTo} (alerts_to) may see its journey`,
+      );
+    }
+    const recipients = recipientJourneys(rows, {
+      maxAttempts: this.#maxAttempts,
+      now: this.#now(),
+      ...(all ? {} : { only: agent }),
+    });
+    const accepted = new Date(rows.acceptedAt).toISOString();
+    return `{"message":${s.message},"accepted_at":"${accepted}","recipients":${JSON.stringify(recipients)}}`;
   }
 
   heartbeat(agent: string): Promise<OpResults['heartbeat']> {

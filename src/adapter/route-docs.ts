@@ -213,6 +213,7 @@ const ROUTES: readonly DocOperation[] = [
     body: leaseExtensionSchema(DEFAULT_MAX_LEASE_MS),
   },
   shared(OPERATIONS.messageStatus),
+  shared(OPERATIONS.journey),
   {
     method: 'GET',
     path: '/v1/threads/:thread_id/messages',

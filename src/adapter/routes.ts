@@ -253,6 +253,14 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
     }),
     route({
       method: 'GET',
+      path: '/v1/messages/:message_id/journey',
+      who: 'agent',
+      handler: async ({ ctx, params }) => ({
+        body: await delivery.journey(ctx.agent, params.message_id!, topology.alertsTo),
+      }),
+    }),
+    route({
+      method: 'GET',
       path: '/v1/threads/:thread_id/messages',
       who: 'alerts_to',
       // The operator's view of a conversation: every channel's messages of the thread in commit

@@ -89,6 +89,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     commits,
     now,
     logger,
+    maxAttempts: 1 + settings.maxRetries,
     events,
     stalls: {
       agents: [...topology.agents.keys()],

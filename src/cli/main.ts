@@ -16,6 +16,7 @@ commands:
   emergency   --reason R MESSAGE: one priority=CRIT journald entry, bypassing the adapter
   watch       [--namespace NS] [--since T] [--forward URL]: follow the gateway's CRIT entries
   mcp         the MCP tools on stdio, over the local sidecar (AGW_SIDECAR_URL)
+  explain     ID [--url URL] [--token-file F] [--json]: why a message did or did not arrive
   migrate-store --from FILE --to URL: copy a stopped SQLite adapter's store into PostgreSQL
 
 Every setting is an AGW_* variable or the flag spelled from it; see README.md.`;
@@ -26,6 +27,7 @@ const COMMANDS: Record<
 > = {
   adapter: async (argv, env) => (await import('./adapter.js')).runAdapter(argv, env),
   emergency: async (argv, env) => (await import('./emergency.js')).runEmergency(argv, env),
+  explain: async (argv, env) => (await import('./explain.js')).runExplain(argv, env),
   mcp: async (argv, env) => (await import('./mcp.js')).runMcp(argv, env),
   'migrate-store': async (argv) => (await import('./migrate-store.js')).runMigrateStore(argv),
   sidecar: async (argv, env) => (await import('./sidecar.js')).runSidecar(argv, env),

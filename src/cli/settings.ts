@@ -26,12 +26,19 @@ export const MCP_SETTINGS = {
   sidecarUrl: { env: 'AGW_SIDECAR_URL', default: 'http://127.0.0.1:7070' },
 } as const satisfies Record<string, SettingSpec>;
 
+/** `agent-gateway explain`: whom to ask (a sidecar, or the adapter with a token file). */
+export const EXPLAIN_SETTINGS = {
+  url: { env: 'AGW_SIDECAR_URL', default: 'http://127.0.0.1:7070', flag: '--url' },
+  tokenFile: { env: 'AGW_AGENT_TOKEN_FILE', flag: '--token-file' },
+} as const satisfies Record<string, SettingSpec>;
+
 const ALL: readonly Record<string, SettingSpec>[] = [
   ADAPTER_SETTINGS,
   SIDECAR_SETTINGS,
   EMERGENCY_SETTINGS,
   WATCH_SETTINGS,
   MCP_SETTINGS,
+  EXPLAIN_SETTINGS,
 ];
 
 /** Every AGW_* variable of every command. */

@@ -201,6 +201,71 @@ export interface OutboxDeadLetters {
   dead_letters: OutboxDeadLetter[];
 }
 
+/** One event of a copy's journey; `queued` is the message's commit. */
+export interface JourneyEvent {
+  at: string;
+  event:
+    | 'queued'
+    | 'leased'
+    | 'lease_extended'
+    | 'lease_expired'
+    | 'nacked'
+    | 'acked'
+    | 'evicted'
+    | 'expired'
+    | 'dead_lettered'
+    | 'redriven'
+    | 'paused'
+    | 'resumed';
+  attempt: number;
+  detail: Record<string, unknown> | null;
+}
+
+/** One recipient's copy: where it is now, in a word and a sentence, and how it got there. */
+export interface RecipientJourney {
+  agent: string;
+  state: 'pending' | 'leased' | 'acked' | 'dead_letter';
+  attempts: number;
+  reason: string | null;
+  note: string | null;
+  cause:
+    | 'acked'
+    | 'leased'
+    | 'waiting_for_poll'
+    | 'waiting_behind'
+    | 'retry_backoff'
+    | 'paused'
+    | 'scheduled'
+    | 'dead_letter';
+  explanation: string;
+  last_poll: string | null;
+  /** The earlier copy of the same channel that holds this one back, while it does. */
+  waiting_behind: { message_id: string; channel_sequence_id: number; cause: string } | null;
+  events: JourneyEvent[];
+}
+
+/**
+ * GET /v1/messages/{id}/journey: the adapter's answer, or, for a message still at the sender's
+ * sidecar, the sidecar's (`queued_at_sender`, `refused_at_sender`, no recipients yet).
+ */
+export type Journey =
+  | { message: Message; accepted_at: string; recipients: RecipientJourney[] }
+  | {
+      idempotency_key: string;
+      cause: 'queued_at_sender' | 'refused_at_sender';
+      explanation: string;
+      outbox: {
+        since: string;
+        tries: number;
+        last_error: string | null;
+        breaker: 'closed' | 'open' | 'half_open';
+        /** refused_at_sender: the adapter's status and answer. */
+        status?: number;
+        answer?: unknown;
+      };
+      recipients: [];
+    };
+
 /** Each operation's input: path parameters, query parameters and body fields by their wire names. */
 export interface Inputs {
   send: OutgoingMessage;
@@ -210,6 +275,8 @@ export interface Inputs {
   nack: { delivery_ids: readonly number[]; retry?: boolean; reason?: string };
   extendLeases: { delivery_ids: readonly number[]; extend_ms: number };
   messageStatus: { message_id: string };
+  /** A message_id, or the idempotency_key of one of the agent's own sends. */
+  journey: { message_id: string };
   me: Record<string, never>;
   heartbeat: Record<string, never>;
   readChannel: { channel: string; after?: number; limit?: number };
@@ -226,6 +293,7 @@ export interface Outputs {
   nack: NackResult;
   extendLeases: LeasesResult;
   messageStatus: MessageStatus;
+  journey: Journey;
   me: Me;
   heartbeat: HeartbeatResult;
   readChannel: ChannelPage;
@@ -498,6 +566,24 @@ export const OPERATIONS = declare({
       title: 'Message status',
       description:
         'Whether a message you sent was received: the message and, for each recipient, its state (pending, leased, acked or dead_letter), attempts and reason.',
+      readOnly: true,
+    },
+  },
+  journey: {
+    name: 'journey',
+    method: 'GET',
+    path: '/v1/messages/:message_id/journey',
+    who: 'agent',
+    summary: "A message's journey: why it did or did not arrive",
+    description:
+      "For its sender, each recipient (its own copy) and the alerts_to agent: per recipient, where the copy is now (`cause`, one sentence naming agents and times), the recipient's last poll, the earlier message holding it back, and every event of its delivery. By message_id, or by the idempotency_key of one of the caller's own sends; at the sidecar, a message still in its outbox (or refused from it) is answered there.",
+    statuses: [200],
+    errors: ['not_found', 'not_your_message', ...UPSTREAM],
+    tool: {
+      name: 'explain_message',
+      title: 'Explain a message',
+      description:
+        'Why a message did or did not arrive: for each recipient, where it is now (acked, leased, waiting for the recipient to poll, waiting behind an earlier message, retrying, dead-lettered) in one sentence, and its timeline. id: the message_id send_message answered, or the idempotency_key of a send answered "queued".',
       readOnly: true,
     },
   },

@@ -184,6 +184,16 @@ export const TOOL_ARGS: { readonly [N in OperationName]?: ToolArgs<N> } = {
     }),
     (a) => a,
   ),
+  journey: args(
+    z.strictObject({
+      id: z
+        .string()
+        .min(1)
+        .max(128)
+        .describe('the message_id of a message, or the idempotency_key of one you sent'),
+    }),
+    (a) => ({ message_id: a.id }),
+  ),
   readChannel: args(
     z.strictObject({
       channel: E.to.describe('a channel you are a member of, or "@<you>" for your direct messages'),
@@ -301,6 +311,62 @@ export const OUTPUTS: { readonly [N in OperationName]: z.ZodType } = {
       }),
     ),
   }),
+  journey: z.union([
+    z.looseObject({
+      message: MessageSchema.nullable().describe('null when its stored bytes fail their checksum'),
+      accepted_at: time,
+      recipients: z.array(
+        z.looseObject({
+          agent: z.string(),
+          state: z.enum(['pending', 'leased', 'acked', 'dead_letter']),
+          attempts: z.int().min(0),
+          reason: z.string().nullable(),
+          note: z.string().nullable(),
+          cause: z.enum([
+            'acked',
+            'leased',
+            'waiting_for_poll',
+            'waiting_behind',
+            'retry_backoff',
+            'paused',
+            'scheduled',
+            'dead_letter',
+          ]),
+          explanation: z.string(),
+          last_poll: time.nullable(),
+          waiting_behind: z
+            .looseObject({
+              message_id: z.string(),
+              channel_sequence_id: z.int(),
+              cause: z.string(),
+            })
+            .nullable(),
+          events: z.array(
+            z.looseObject({
+              at: time,
+              event: z.string(),
+              attempt: z.int().min(0),
+              detail: z.record(z.string(), z.unknown()).nullable(),
+            }),
+          ),
+        }),
+      ),
+    }),
+    z.looseObject({
+      idempotency_key: z.string(),
+      cause: z.enum(['queued_at_sender', 'refused_at_sender']),
+      explanation: z.string(),
+      outbox: z.looseObject({
+        since: time,
+        tries: z.int().min(0),
+        last_error: z.string().nullable(),
+        breaker: z.enum(['closed', 'open', 'half_open']),
+        status: z.int().optional(),
+        answer: z.unknown().optional(),
+      }),
+      recipients: z.array(z.never()).max(0),
+    }),
+  ]),
   me: z.looseObject({
     agent: z.string(),
     channels: z.array(z.looseObject({ name: z.string(), members: z.array(z.string()) })),

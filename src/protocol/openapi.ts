@@ -279,6 +279,7 @@ const AGENT_TAGS: { readonly [N in OperationName]: Tag } = {
   nack: 'deliveries',
   extendLeases: 'deliveries',
   messageStatus: 'messages',
+  journey: 'messages',
   me: 'agents',
   heartbeat: 'agents',
   readChannel: 'messages',
@@ -289,7 +290,8 @@ const AGENT_TAGS: { readonly [N in OperationName]: Tag } = {
 
 /** The agent operations' path parameters, by name. */
 const PATH_PARAMS: Readonly<Record<string, string>> = {
-  message_id: 'The message_id (a UUIDv7) its send answered.',
+  message_id:
+    "The message_id (a UUIDv7) its send answered; for a journey, also the idempotency_key of one of the caller's own sends.",
   channel: 'A channel the agent is a member of, or `@<agent>` for its own direct messages.',
 };
 

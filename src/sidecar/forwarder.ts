@@ -88,6 +88,11 @@ export class Forwarder {
     this.#o = opts;
   }
 
+  /** Drains in a row that failed (0 once one succeeds): a queued message's tries, for its journey. */
+  get failedDrains(): number {
+    return this.#delayStep;
+  }
+
   /**
    * Sends one envelope, already checked and carrying its idempotency key; answers as
    * docs/reference/sidecar.md ("Sending: POST /v1/messages") says. Sends that arrive while the

@@ -6,7 +6,12 @@
  */
 import { parseEnvelope } from '../protocol/envelope.js';
 import { fingerprint } from '../protocol/fingerprint.js';
-import type { Queued, Refused, SidecarFile } from '../store/sidecar/sidecar-file.js';
+import type {
+  LocalDeadLetter,
+  Queued,
+  Refused,
+  SidecarFile,
+} from '../store/sidecar/sidecar-file.js';
 
 export type { Queued, Refused } from '../store/sidecar/sidecar-file.js';
 
@@ -41,6 +46,17 @@ export class Outbox {
     return 'queued';
   }
 
+  /** When the message under `key` was queued, ms; undefined when it is not queued. */
+  queuedAt(key: string): number | undefined {
+    return this.#file.queuedAt(key);
+  }
+
+  /** The local dead letter under `key`, as deadLetterPage gives them; undefined if none. */
+  deadLetter(key: string) {
+    const d = this.#file.deadLetterByKey(key);
+    return d === undefined ? undefined : view(d);
+  }
+
   peek(limit: number): Queued[] {
     return this.#file.peek(limit);
   }
@@ -57,15 +73,20 @@ export class Outbox {
 
   /** The local dead letters with id > `after`, oldest first, at most `limit`. */
   deadLetterPage(after: number, limit: number) {
-    return this.#file.deadLetterPage(after, limit).map((d) => ({
-      id: d.id,
-      idempotency_key: d.idempotency_key,
-      status: d.status,
-      answer: JSON.parse(d.answer) as unknown,
-      dead_lettered_at: new Date(d.created_at).toISOString(),
-      message: JSON.parse(d.body) as unknown,
-    }));
+    return this.#file.deadLetterPage(after, limit).map(view);
   }
+}
+
+/** A local dead letter as the sidecar answers it. */
+function view(d: LocalDeadLetter) {
+  return {
+    id: d.id,
+    idempotency_key: d.idempotency_key,
+    status: d.status,
+    answer: JSON.parse(d.answer) as unknown,
+    dead_lettered_at: new Date(d.created_at).toISOString(),
+    message: JSON.parse(d.body) as unknown,
+  };
 }
 
 /** The same message: what the sender chose (to, kind, priority, reply_to, payload) is equal. */

@@ -162,6 +162,51 @@ export class SidecarService implements AgentApi {
     return result<'messageStatus'>(await this.#call('GET', path));
   }
 
+  /**
+   * A message's journey (docs/design/journey.md, "The sidecar's part"): a message still in the
+   * outbox, or refused from it for good, is answered here (it has no recipients yet); any other
+   * is the adapter's answer, by message_id or by the agent's own idempotency key.
+   */
+  async journey(input: Inputs['journey']): Promise<Result<'journey'>> {
+    const key = input.message_id;
+    const { outbox, breaker, client, forwarder } = this.#o;
+    const queuedAt = outbox.queuedAt(key);
+    const refused = queuedAt === undefined ? outbox.deadLetter(key) : undefined;
+    if (queuedAt === undefined && refused === undefined) {
+      const path = `/v1/messages/${encodeURIComponent(key)}/journey`;
+      return result<'journey'>(await this.#call('GET', path));
+    }
+    const state = breaker.snapshot.state;
+    if (queuedAt !== undefined) {
+      const since = new Date(queuedAt).toISOString();
+      const tries = forwarder.failedDrains;
+      return {
+        idempotency_key: key,
+        cause: 'queued_at_sender',
+        explanation: `Still in ${this.#o.agentId}'s sidecar since ${since.slice(11, 19)}: the adapter has not taken it yet (${tries} failed ${tries === 1 ? 'try' : 'tries'} in a row; circuit ${state}${client.lastError === null ? '' : `; last error: ${client.lastError}`}). It is kept and sent in order when the adapter answers.`,
+        outbox: { since, tries, last_error: client.lastError, breaker: state },
+        recipients: [],
+      };
+    }
+    const d = refused!;
+    const answer = d.answer as { error?: unknown; message?: unknown } | null;
+    const why = typeof answer?.message === 'string' ? `: ${answer.message}` : '';
+    return {
+      idempotency_key: key,
+      cause: 'refused_at_sender',
+      explanation: `Queued at ${this.#o.agentId}'s sidecar, then refused for good by the adapter (${d.status}${why}); it is in the sidecar's dead letters (GET /v1/outbox/dead-letters) and was never delivered.`,
+      outbox: {
+        since: d.dead_lettered_at,
+        tries: 0,
+        last_error: client.lastError,
+        breaker: state,
+        status: d.status,
+        answer: d.answer,
+      },
+      recipients: [],
+    };
+  }
+
   /** Who the agent is: its channels and their members, alerts_to, the adapter's limits. */
   async me(): Promise<Result<'me'>> {
     return result<'me'>(await this.#call('GET', '/v1/me'));

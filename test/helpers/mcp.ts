@@ -21,6 +21,7 @@ export const CONTRACT_TOOLS: Record<string, { required: string[]; optional: stri
   read_channel: { required: ['channel'], optional: ['after', 'limit'] },
   whoami: { required: [], optional: [] },
   heartbeat: { required: [], optional: [] },
+  explain_message: { required: ['id'], optional: [] },
   raise_emergency: { required: ['reason', 'message'], optional: [] },
 };
 
@@ -103,6 +104,7 @@ export const ANNOTATIONS: Record<
   read_channel: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
   whoami: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
   heartbeat: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
+  explain_message: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
   raise_emergency: { readOnlyHint: false, destructiveHint: true, idempotentHint: false },
 };
 

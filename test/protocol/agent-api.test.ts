@@ -72,6 +72,8 @@ it('every declared operation answers what its schema says, through requests rend
   expect(status.recipients).toEqual([
     expect.objectContaining({ agent: 'qa', state: 'acked', attempts: 1 }),
   ]);
+  const journey = await checked(pmc, 'journey', { message_id: sent.message_id });
+  expect(journey).toMatchObject({ recipients: [{ agent: 'qa', cause: 'acked' }] });
   await checked(qac, 'me', {});
   await checked(qac, 'heartbeat', {});
   const page = await checked(qac, 'readChannel', { channel: 'product', after: 0, limit: 10 });
@@ -87,6 +89,9 @@ it('every declared operation answers what its schema says, through requests rend
   await adapter.stop();
   const queued = await checked(pmc, 'send', { to: '@qa', kind: 'status' });
   expect(queued).toMatchObject({ status: 'queued', outbox_depth: 1 });
+  if (queued.status !== 'queued') throw new Error('not queued');
+  const waiting = await checked(pmc, 'journey', { message_id: queued.idempotency_key });
+  expect(waiting).toMatchObject({ cause: 'queued_at_sender', recipients: [] });
 
   expect([...called].sort()).toEqual(OPERATION_LIST.map((op) => op.name).sort());
 });

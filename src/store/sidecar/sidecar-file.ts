@@ -137,6 +137,8 @@ export class SidecarFile {
       deadLetters: p<number>(SIDECAR_SQL.deadLetterCount).pluck(),
       deadLetterPage: p<LocalDeadLetter>(SIDECAR_SQL.deadLetterPage),
       queuedBody: p<string>(SIDECAR_SQL.queuedBody).pluck(),
+      queuedAt: p<number>(SIDECAR_SQL.queuedAt).pluck(),
+      deadLetterByKey: p<LocalDeadLetter>(SIDECAR_SQL.deadLetterByKey),
       getState: p<string>(SIDECAR_SQL.getState).pluck(),
       setState: p(SIDECAR_SQL.setState),
       handed: p<number>(SIDECAR_SQL.handedSeq).pluck(),
@@ -195,6 +197,16 @@ export class SidecarFile {
   /** The body queued under `key`, if one is. */
   queuedBody(key: string): string | undefined {
     return this.#s.queuedBody.get(key);
+  }
+
+  /** When the message under `key` was queued, ms; undefined when it is not in the outbox. */
+  queuedAt(key: string): number | undefined {
+    return this.#s.queuedAt.get(key);
+  }
+
+  /** The latest local dead letter under `key`, if any. */
+  deadLetterByKey(key: string): LocalDeadLetter | undefined {
+    return this.#s.deadLetterByKey.get(key);
   }
 
   deadLetterPage(after: number, limit: number): LocalDeadLetter[] {

@@ -88,6 +88,11 @@ export const SIDECAR_SQL = {
     SELECT id, idempotency_key, body, status, answer, created_at FROM local_dead_letters
     WHERE id > ? ORDER BY id LIMIT ?`,
   queuedBody: 'SELECT body FROM outbox WHERE idempotency_key = ?',
+  // a message's journey at its sender (docs/design/journey.md, "The sidecar's part")
+  queuedAt: 'SELECT queued_at FROM outbox WHERE idempotency_key = ?',
+  deadLetterByKey: `
+    SELECT id, idempotency_key, body, status, answer, created_at FROM local_dead_letters
+    WHERE idempotency_key = ? ORDER BY id DESC LIMIT 1`,
   getState: 'SELECT value FROM state WHERE key = ?',
   handedSeq: 'SELECT last_seq FROM handed WHERE channel = ?',
   setHanded: `
