@@ -85,12 +85,10 @@ export function describe(j: Journey): string {
 function recipient(r: RecipientJourney): string {
   const lines = [`\n${r.agent}: ${r.cause}\n  ${r.explanation}\n`];
   for (const e of r.events) {
-    const detail =
-      e.detail === null
-        ? ''
-        : `  ${Object.entries(e.detail)
-            .map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`)
-            .join(' ')}`;
+    const fields = Object.entries(e.detail ?? {}).filter(([, v]) => v !== null);
+    const detail = fields
+      .map(([k, v]) => `  ${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`)
+      .join('');
     const attempt = e.attempt > 0 ? `  attempt ${e.attempt}` : '';
     lines.push(`  ${e.at}  ${e.event}${attempt}${detail}\n`);
   }
