@@ -295,6 +295,15 @@ time.sleep(60)`,
     expect(await (await fetch(`${sidecar.url}/metrics`)).text()).toMatch(
       /agw_sidecar_local_dead_letters 1\n/,
     );
+    // its journey, asked by the key its 202 gave, says so (docs/why-didnt-it-arrive.md)
+    const refusedJourney = await call(sidecar.url, 'GET', `/v1/messages/${refusedKey}/journey`);
+    expect(refusedJourney.body).toMatchObject({
+      idempotency_key: refusedKey,
+      cause: 'refused_at_sender',
+      outbox: { status: 403 },
+      recipients: [],
+    });
+    expect(refusedJourney.body.explanation).toContain('refused for good by the adapter (403');
     await until(
       async () =>
         journal.read(`MESSAGE_ID=${EMERGENCY_MESSAGE_ID}`, `AGW_IDEMPOTENCY_KEY=${refusedKey}`)
