@@ -35,7 +35,8 @@ export async function runMigrateStore(argv: readonly string[]): Promise<number> 
     process.stdout.write(
       `migrate-store: copied ${counts.channels} channels, ${counts.messages} messages, ` +
         `${counts.deliveries} deliveries, ${counts.deadLetters} dead letters, ` +
-        `${counts.agents} agents, ${counts.threads} threads, ${counts.alerts} alert states ` +
+        `${counts.agents} agents, ${counts.threads} threads, ${counts.alerts} alert states, ` +
+        `${counts.events} delivery events, ${counts.polls} agent polls ` +
         `from ${from} into ${shownDb(to)}\n`,
     );
     return 0;

@@ -3,7 +3,8 @@
  * adapter's store into PostgreSQL so that a PostgreSQL adapter carries on where the SQLite one
  * stopped: every channel's messages byte for byte, the same delivery ids in the same states
  * (a pending one is leased and acked, a leased one stays leased until its lease runs out), the
- * dead letters, the depths, threads and stored bytes, and each channel's next number is its last
+ * dead letters, the depths, threads and stored bytes, each message's journey (its delivery events
+ * and each agent's last poll), and each channel's next number is its last
  * + 1 with no id colliding. It refuses (exit 2, one line) a database that already holds messages,
  * a file another process holds open, and bad arguments; a failure (exit 1) leaves nothing behind.
  */
@@ -101,12 +102,15 @@ async function snapshot(store: Store, threadId: string, messageIds: readonly str
   for (const a of AGENTS) depths[a] = await store.depth(a);
   const statuses = [];
   for (const id of messageIds) statuses.push(await store.messageStatus(id));
+  const journeys = [];
+  for (const id of messageIds) journeys.push(await store.journey(id));
   const pages: Record<string, Record<string, string>> = {};
   for (const a of AGENTS) pages[a] = await store.pageDeliveries(a, 'product', 0, 10_000);
   return {
     channels,
     depths,
     statuses,
+    journeys,
     pages,
     agents: await store.agents(AGENTS),
     deadLetters: await store.deadLetters(0, 1000),
@@ -190,10 +194,16 @@ beforeAll(async () => {
   const count = (table: string) =>
     (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
   rows = Object.fromEntries(
-    ['channels', 'messages', 'deliveries', 'dead_letters', 'threads', 'alert_state'].map((t) => [
-      t,
-      count(t),
-    ]),
+    [
+      'channels',
+      'messages',
+      'deliveries',
+      'dead_letters',
+      'threads',
+      'alert_state',
+      'delivery_events',
+      'agent_polls',
+    ].map((t) => [t, count(t)]),
   );
   const seq = (c: string) =>
     (db.prepare('SELECT last_seq FROM channels WHERE name = ?').get(c) as { last_seq: number })
@@ -210,6 +220,8 @@ beforeAll(async () => {
   db.close();
   // the scenario is what it says: one of each, and an alert message in @orchestrator
   expect(rows).toMatchObject({ messages: 5, dead_letters: 1, threads: 1, alert_state: 1 });
+  // 4 leases, 2 acks, a rejection (nacked, dead_lettered); qa and engineering polled
+  expect(rows).toMatchObject({ delivery_events: 8, agent_polls: 2 });
   expect(last).toEqual({ product: 2, orchestrator: 1 });
   expect(before.deadLetters).toHaveLength(1);
   expect(before.thread).toHaveLength(2);
@@ -237,6 +249,8 @@ const TABLES: Record<string, string> = {
   dead_letters: 'id',
   threads: 'thread_id',
   alert_state: 'recipient, reason',
+  delivery_events: 'id',
+  agent_polls: 'agent',
 };
 
 function sqliteTables(path: string): Record<string, unknown[]> {
@@ -316,7 +330,8 @@ describe('migrate-store', () => {
     expect(res.stdout.trim().split('\n')).toEqual([
       `migrate-store: copied ${rows.channels} channels, ${rows.messages} messages, ` +
         `${rows.deliveries} deliveries, ${rows.dead_letters} dead letters, 6 agents, ` +
-        `${rows.threads} threads, ${rows.alert_state} alert states from ${file} into ` +
+        `${rows.threads} threads, ${rows.alert_state} alert states, ` +
+        `${rows.delivery_events} delivery events, ${rows.agent_polls} agent polls from ${file} into ` +
         `${url.replace(/:[^:@/]+@/, ':***@')}`,
     ]);
     pgStore = await openStore(url, OPTIONS);
@@ -334,10 +349,11 @@ describe('migrate-store', () => {
     }
   });
 
-  it('copies what every reader sees: messages byte for byte, statuses, dead letters, depths, threads, stored bytes', async () => {
+  it('copies what every reader sees: messages byte for byte, statuses, journeys, dead letters, depths, threads, stored bytes', async () => {
     const after = await snapshot(pgStore, root, messageIds);
     expect(after.channels).toEqual(before.channels);
     expect(after.statuses).toEqual(before.statuses);
+    expect(after.journeys).toEqual(before.journeys);
     expect(after.deadLetters).toEqual(before.deadLetters);
     expect(after.depths).toEqual(before.depths);
     // the later contact of each agent: research's heartbeat to the PostgreSQL adapter

@@ -291,6 +291,30 @@ describe('PostgreSQL store, two replicas on one database', () => {
     for (const agent of TEAM) expect(await b.depth(agent)).toEqual({ all: 0, critical: 0 });
   });
 
+  it("tells a message's journey through either: what one wrote the other reads, and either prunes it whole", async () => {
+    const { a, b, url } = await replicas();
+    const [out] = await append(a, draft('product', ['qa']));
+    if (out?.status !== 201) throw new Error('not stored');
+    const id = out.assignment.message_id;
+    const [d] = await lease(b, 'qa', 1, T0 + 10);
+    ok(
+      (await a.commit([{ op: 'ack', agent: 'qa', ids: [d!.delivery_id], now: T0 + 20 }]))
+        .results[0],
+    );
+    for (const store of [a, b]) {
+      const j = await store.journey(id);
+      expect(j!.events.map((e) => [e.event, e.at])).toEqual([
+        ['leased', T0 + 10],
+        ['acked', T0 + 20],
+      ]);
+      expect(j!.copies).toMatchObject([{ recipient: 'qa', state: 'acked', lastPoll: T0 + 10 }]);
+    }
+    const pruned = await b.commit([{ op: 'prune', before: T0 + 1, keep: [], limit: 10 }]);
+    expect(ok<number>(pruned.results[0])).toBe(1);
+    expect(await a.journey(id)).toBeUndefined();
+    expect(await sql(url, 'SELECT 1 FROM delivery_events')).toEqual([]);
+  });
+
   it('never deadlocks: mixed groups touching channels and agents in every order, on both at once', {
     timeout: 30_000,
   }, async () => {

@@ -5,8 +5,8 @@
  * and everything is copied in one transaction: channels with their counters, messages with
  * every column and their ids, deliveries in their states, dead letters, agents (last contact,
  * and the queue depths and stored bytes the PostgreSQL schema keeps per agent, counted from the
- * copied rows), threads and the alert aggregation. Then the id sequences are moved past the
- * copied ids. The source is read through its handle only: no SQLite store file is imported.
+ * copied rows), threads, the alert aggregation, and the journeys' delivery events and last
+ * polls. Then the id sequences are moved past the copied ids. The source is read through its handle only: no SQLite store file is imported.
  */
 import type Database from 'better-sqlite3';
 import pg from 'pg';
@@ -26,10 +26,14 @@ export interface CopyCounts {
   agents: number;
   threads: number;
   alerts: number;
+  events: number;
+  polls: number;
 }
 
 /** The tables the copy writes, locked against every writer (other adapters) until COMMIT. */
-const TABLES = 'channels, agents, messages, deliveries, dead_letters, threads, alert_state';
+const TABLES =
+  'channels, agents, messages, deliveries, dead_letters, threads, alert_state, delivery_events, ' +
+  'agent_polls';
 
 /** Copies `source` into the empty database at `url`; the counts of what was copied. */
 export async function copyFromSqlite(source: Database.Database, url: string): Promise<CopyCounts> {
@@ -58,8 +62,10 @@ export async function copyFromSqlite(source: Database.Database, url: string): Pr
       agents: await copyAgents(source, client),
       threads: await copyThreads(source, client),
       alerts: await copyAlertState(source, client),
+      events: await copyEvents(source, client),
+      polls: await copyPolls(source, client),
     };
-    for (const table of ['messages', 'deliveries', 'dead_letters'])
+    for (const table of ['messages', 'deliveries', 'dead_letters', 'delivery_events'])
       await client.query(
         `SELECT setval(pg_get_serial_sequence('${table}', 'id'), max(id)) FROM ${table}
          HAVING max(id) IS NOT NULL`,
@@ -377,6 +383,58 @@ async function copyAlertState(source: Database.Database, client: pg.Client): Pro
       column(rows, 'attempts'),
       column(rows, 'sender'),
     ],
+  );
+  return rows.length;
+}
+
+interface EventRow {
+  id: number;
+  message: number;
+  delivery: number;
+  recipient: string;
+  at: number;
+  event: string;
+  attempt: number;
+  detail: string | null;
+}
+
+async function copyEvents(source: Database.Database, client: pg.Client): Promise<number> {
+  let n = 0;
+  for (const rows of batches<EventRow>(
+    source,
+    `SELECT id, message, delivery, recipient, at, event, attempt, detail
+     FROM delivery_events WHERE id > ? ORDER BY id LIMIT ?`,
+  )) {
+    await client.query(
+      `INSERT INTO delivery_events (id, message, delivery, recipient, at, event, attempt, detail)
+       SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[],
+         $6::text[], $7::int[], $8::text[])`,
+      [
+        column(rows, 'id'),
+        column(rows, 'message'),
+        column(rows, 'delivery'),
+        column(rows, 'recipient'),
+        column(rows, 'at'),
+        column(rows, 'event'),
+        column(rows, 'attempt'),
+        column(rows, 'detail'),
+      ],
+    );
+    n += rows.length;
+  }
+  return n;
+}
+
+async function copyPolls(source: Database.Database, client: pg.Client): Promise<number> {
+  const rows = source
+    .prepare<[], { agent: string; last_poll: number }>('SELECT agent, last_poll FROM agent_polls')
+    .all();
+  // an agent that polled an adapter already started on the database: the later poll wins
+  await client.query(
+    `INSERT INTO agent_polls (agent, last_poll) SELECT * FROM unnest($1::text[], $2::bigint[])
+     ON CONFLICT (agent) DO UPDATE SET last_poll = greatest(agent_polls.last_poll,
+       excluded.last_poll)`,
+    [column(rows, 'agent'), column(rows, 'last_poll')],
   );
   return rows.length;
 }

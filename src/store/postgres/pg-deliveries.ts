@@ -4,6 +4,7 @@
  * that count towards alerts), run inside a transaction that holds the lock of every agents row
  * whose deliveries it changes, so the depths it keeps in that row stay exact across replicas.
  */
+import { hostname } from 'node:os';
 import { ADAPTER_KIND_PREFIX } from '../../protocol/envelope.js';
 import { type DeliveryRow, DeliveryRules, type DeliverySettings } from '../rules/deliveries.js';
 import type { Holding } from '../rules/queue-shares.js';
@@ -19,6 +20,9 @@ export type { DeliveryRow } from '../rules/deliveries.js';
 export type { ReadyRow } from './pg-tx.js';
 
 type MutableHolding = { -readonly [K in keyof Holding]: Holding[K] };
+
+/** The adapter that leased a delivery, as its journey names it: the pod's name in Kubernetes. */
+const REPLICA = hostname();
 
 interface TxShares {
   /** Per recipient, each sender's part of its open deliveries (queue-shares.ts Holding). */
@@ -193,12 +197,16 @@ export class PgDeliveries {
     return prefetched ?? (await tx.q<ReadyRow>('readyLanes', [agent, now, max]));
   }
 
-  /** Leases these deliveries (read under their agent's lock) until now + leaseMs; attempts. */
+  /**
+   * Leases these deliveries (read under their agent's lock) until now + leaseMs, their journey's
+   * `leased` written by the same statement; attempts.
+   */
   lease(tx: Tx, rows: readonly { id: number; attempt: number }[], now: number): number[] {
     if (rows.length === 0) return [];
     const expires = now + this.#rules.leaseMs;
     const ids = rows.map((r) => r.id);
-    tx.write('lease', [expires, ids]);
+    const detail = { lease_expires_at: new Date(expires).toISOString(), replica: REPLICA };
+    tx.write('lease', [expires, ids, now, JSON.stringify(detail)]);
     this.#drop(tx);
     tx.fx.timingChanged = true;
     return rows.map((r) => {
@@ -210,15 +218,18 @@ export class PgDeliveries {
     });
   }
 
-  /** Acks (the rule: rules/deliveries.ts sortAcks), written in one statement. */
-  async ack(tx: Tx, agent: string, ids: readonly number[]): Promise<OpResults['ack']> {
+  /**
+   * Acks (the rule: rules/deliveries.ts sortAcks), written in one statement with their
+   * journey's `acked` at `now`.
+   */
+  async ack(tx: Tx, agent: string, ids: readonly number[], now: number): Promise<OpResults['ack']> {
     this.#drop(tx, agent);
     const { answer, toAck } = this.#rules.sortAcks(ids, await this.#own(tx, agent, ids));
     for (const r of toAck) {
       tx.bump(agent, -1, -r.priority);
       this.#stats.acked++;
     }
-    if (toAck.length > 0) tx.write('ackAll', [toAck.map((r) => r.id)]);
+    if (toAck.length > 0) tx.write('ackAll', [toAck.map((r) => r.id), now]);
     for (const r of toAck) tx.changed(r.id, { state: DeliveryState.acked, lease_expires_at: null });
     return answer;
   }
@@ -236,6 +247,7 @@ export class PgDeliveries {
     const { answer, toNack } = this.#rules.sortNacks(ids, await this.#own(tx, agent, ids));
     const retries: [number, number][] = [];
     for (const r of toNack) {
+      tx.journeyEvent(r, 'nacked', now, { retry, reason });
       if (retry) this.failAttempt(tx, r, 'nacked', now, retries);
       else this.deadLetter(tx, r, 'rejected', now, reason);
     }
@@ -252,10 +264,22 @@ export class PgDeliveries {
   ): Promise<OpResults['extend']> {
     const rows = await this.#own(tx, agent, ids);
     const { expires, answer } = this.#rules.extension(agent, ids, rows, extendMs, now);
-    if (ids.length > 0) tx.write('extendLeases', [expires, ids]);
+    // with their journey's `lease_extended`: one per delivery, an id given twice extended once
+    const detail = JSON.stringify({ lease_expires_at: new Date(expires).toISOString() });
+    if (ids.length > 0) tx.write('extendLeases', [expires, ids, now, detail]);
     for (const id of ids) tx.changed(id, { lease_expires_at: expires });
     tx.fx.timingChanged = true;
     return answer;
+  }
+
+  /** Expired leases (read under their agents' locks): failed attempts, retried in one statement. */
+  expire(tx: Tx, rows: readonly DeliveryRow[], now: number): void {
+    const retries: [number, number][] = [];
+    for (const r of rows) {
+      tx.journeyEvent(r, 'lease_expired', now);
+      this.failAttempt(tx, r, 'lease_expired', now, retries);
+    }
+    this.retryLater(tx, retries);
   }
 
   /** A delivery whose message failed its checksum: to the dead letters (`integrity`). */
@@ -304,6 +328,7 @@ export class PgDeliveries {
   ): void {
     const open = r.state !== DeliveryState.deadLetter;
     tx.write('deadLetter', [r.id, r.message, r.recipient, reason, r.attempt, now, note, open]);
+    tx.journeyEvent(r, reason === 'evicted' ? 'evicted' : 'dead_lettered', now, { reason, note });
     if (open) {
       tx.bump(r.recipient, -1, -r.priority);
       tx.changed(r.id, { state: DeliveryState.deadLetter, lease_expires_at: null });

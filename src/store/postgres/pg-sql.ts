@@ -150,6 +150,31 @@ export const PG_MIGRATIONS: readonly string[] = [
   UPDATE alert_events SET recipient = sender, sender = recipient
     WHERE reason IN ('hop_budget_exceeded', 'thread_budget_exceeded') AND sender IS NOT NULL;
   `,
+  // 3: a message's journey (docs/design/journey.md; SQLite's migration 8). One row per change
+  // of a delivery, written in the transaction of the change (by its statement, or pg-tx.ts
+  // journeyEvent): leased, lease_extended, lease_expired, nacked, acked, evicted, dead_lettered,
+  // redriven. A copy's `queued` is its message's commit and has no row. Read by message, and
+  // deleted with it by retention. Each agent's last poll, for the journey's `last_poll`. IF NOT EXISTS: it runs
+  // again on a schema whose version was put back (test/store/budget-alert-migration.test.ts).
+  `
+  -- Keyed by (message, id), the order the journey reads and retention deletes them in: one
+  -- index to write per event, where a key on id and an index by message would be two.
+  CREATE TABLE IF NOT EXISTS delivery_events (
+    id        bigserial,
+    message   bigint  NOT NULL,
+    delivery  bigint  NOT NULL,
+    recipient text    NOT NULL,
+    at        bigint  NOT NULL,
+    event     text    NOT NULL,
+    attempt   integer NOT NULL,
+    detail    text, -- JSON as written, or NULL: text, not jsonb, so it reads back byte for byte
+    PRIMARY KEY (message, id)
+  );
+  CREATE TABLE IF NOT EXISTS agent_polls (
+    agent     text PRIMARY KEY,
+    last_poll bigint NOT NULL
+  );
+  `,
 ];
 
 /** Delivery columns most statements read (d), with their message's kind and id (m). */
@@ -221,7 +246,8 @@ export const PG_SQL = {
   /**
    * Messages (in the order given), their deliveries (in the order given: each message's in
    * recipient order, pending or, for a queue_full copy, dead), and the dead letters of those
-   * copies: one statement for the appends of a group, which answers nothing (it is sent without
+   * copies with their journey's event (an admitted copy has none: its `queued` is the message's
+   * commit): one statement for the appends of a group, which answers nothing (it is sent without
    * waiting). The ids are drawn as it runs, in those orders (nextval is evaluated above the
    * sort), after the group's locks, so inside a channel they follow sequence order.
    */
@@ -247,10 +273,15 @@ export const PG_SQL = {
       JOIN m ON m.message_id = r.message_id
       ORDER BY r.n
       RETURNING id, message, recipient, state, available_at
+    ), dl AS (
+      INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at)
+      SELECT id, message, recipient, 'queue_full', 0, available_at FROM d WHERE state = 3
+      ORDER BY id
     )
-    INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at)
-    SELECT id, message, recipient, 'queue_full', 0, available_at FROM d WHERE state = 3
-    ORDER BY id`,
+    INSERT INTO delivery_events (message, delivery, recipient, at, event, attempt, detail)
+    SELECT message, id, recipient, available_at, 'dead_lettered', 0,
+           '{"reason":"queue_full","note":null}'
+    FROM d WHERE state = 3 ORDER BY id`,
   /** A replayed copy, and its dead letter if it is dead at once (queue_full). */
   insertDelivery: `
     WITH d AS (
@@ -364,15 +395,36 @@ export const PG_SQL = {
     SELECT l.id, l.message, l.attempt, m.body, m.checksum
     FROM l JOIN messages m ON m.id = l.message
     ORDER BY l.critical DESC, l.head, l.id`,
+  /**
+   * The leases, each with its journey's event ($3 the time, $4 the detail), as ackAll and
+   * extendLeases write theirs: an event made from the row the statement changes cost 3 µs a
+   * delivery in leases of 200, against 8 µs sent as arrays in an INSERT of its own (pg-tx.ts
+   * journeyEvent, kept for the rarer changes).
+   */
   lease: `
-    UPDATE deliveries SET state = 1, attempt = attempt + 1, lease_expires_at = $1
-    WHERE id = ANY($2::bigint[])`,
+    WITH l AS (
+      UPDATE deliveries SET state = 1, attempt = attempt + 1, lease_expires_at = $1
+      WHERE id = ANY($2::bigint[]) RETURNING id, message, recipient, attempt
+    )
+    INSERT INTO delivery_events (message, delivery, recipient, at, event, attempt, detail)
+    SELECT message, id, recipient, $3, 'leased', attempt, $4 FROM l ORDER BY id`,
   deliveries: `
     SELECT ${DELIVERY_ROW} FROM deliveries d LEFT JOIN messages m ON m.id = d.message
     WHERE d.id = ANY($1::bigint[])`,
-  extendLeases: 'UPDATE deliveries SET lease_expires_at = $1 WHERE id = ANY($2::bigint[])',
+  extendLeases: `
+    WITH x AS (
+      UPDATE deliveries SET lease_expires_at = $1 WHERE id = ANY($2::bigint[])
+      RETURNING id, message, recipient, attempt
+    )
+    INSERT INTO delivery_events (message, delivery, recipient, at, event, attempt, detail)
+    SELECT message, id, recipient, $3, 'lease_extended', attempt, $4 FROM x ORDER BY id`,
   ackAll: `
-    UPDATE deliveries SET state = 2, lease_expires_at = NULL WHERE id = ANY($1::bigint[])`,
+    WITH a AS (
+      UPDATE deliveries SET state = 2, lease_expires_at = NULL WHERE id = ANY($1::bigint[])
+      RETURNING id, message, recipient, attempt
+    )
+    INSERT INTO delivery_events (message, delivery, recipient, at, event, attempt, detail)
+    SELECT message, id, recipient, $2, 'acked', attempt, NULL FROM a ORDER BY id`,
   retryLater: `
     UPDATE deliveries d SET state = 0, available_at = u.at, lease_expires_at = NULL
     FROM unnest($1::bigint[], $2::bigint[]) AS u(id, at) WHERE d.id = u.id`,
@@ -402,6 +454,51 @@ export const PG_SQL = {
     FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = $1
     FOR UPDATE OF dl`,
   markReplayed: 'UPDATE dead_letters SET replay_delivery = $1 WHERE id = $2',
+
+  // a message's journey (docs/design/journey.md)
+  /**
+   * The events of the changes a transaction made by statements that write none of their own, in
+   * the order they were made (pg-tx.ts journeyEvent).
+   */
+  insertEvents: `
+    INSERT INTO delivery_events (message, delivery, recipient, at, event, attempt, detail)
+    SELECT message, delivery, recipient, at, event, attempt, detail
+    FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::int[],
+                $7::text[])
+      WITH ORDINALITY AS u(message, delivery, recipient, at, event, attempt, detail, n)
+    ORDER BY n`,
+  /**
+   * The agents' last polls (their rows locked by the polls): never moved back, as a replica
+   * whose clock is behind another's would otherwise do.
+   */
+  markPolls: `
+    INSERT INTO agent_polls (agent, last_poll) SELECT * FROM unnest($1::text[], $2::bigint[])
+    ON CONFLICT (agent) DO UPDATE
+      SET last_poll = greatest(agent_polls.last_poll, excluded.last_poll)`,
+  messageKey: 'SELECT id FROM messages WHERE received_at = $1 AND message_id = $2',
+  journeyEvents: `
+    SELECT recipient, delivery, at, event, attempt, detail FROM delivery_events
+    WHERE message = $1 ORDER BY id`,
+  // each recipient's latest copy of a message (a replayed dead letter makes another)
+  journeyCopies: `
+    SELECT d.id, d.recipient, d.channel, d.state, d.attempt, d.available_at, d.lease_expires_at,
+           dl.reason, dl.note, dl.created_at AS dead_at, a.last_poll
+    FROM deliveries d
+    LEFT JOIN dead_letters dl ON dl.delivery = d.id
+    LEFT JOIN agent_polls a ON a.agent = d.recipient
+    WHERE d.message = $1 AND d.id = (SELECT max(id) FROM deliveries
+                                     WHERE message = d.message AND recipient = d.recipient)
+    ORDER BY d.id`,
+  /** The head of a recipient's lane in a channel: its first open delivery. */
+  laneHead: `
+    SELECT d.id, d.message, d.state, d.attempt, d.available_at, d.lease_expires_at,
+           m.message_id, m.seq, m.kind, m.sender
+    FROM deliveries d JOIN messages m ON m.id = d.message
+    WHERE d.recipient = $1 AND d.channel = $2 AND d.state IN (0, 1) ORDER BY d.id LIMIT 1`,
+  /** When a delivery was last leased (for the sentence "leased since"). */
+  lastLeased: `
+    SELECT at FROM delivery_events WHERE message = $1 AND delivery = $2 AND event = 'leased'
+    ORDER BY id DESC LIMIT 1`,
 
   // threads
   replyById: `
@@ -466,6 +563,7 @@ export const PG_SQL = {
       AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message = m.id AND d.state IN (0, 1))`,
   pruneMessages: `
     WITH dl AS (DELETE FROM dead_letters WHERE message = ANY($1::bigint[])),
+         e AS (DELETE FROM delivery_events WHERE message = ANY($1::bigint[])),
          d AS (DELETE FROM deliveries WHERE message = ANY($1::bigint[]))
     DELETE FROM messages WHERE id = ANY($1::bigint[])`,
 } as const;

@@ -17,6 +17,13 @@ import type { AlertEvent, DueAlert } from '../rules/alert-rows.js';
 import { CommitEffectsLog } from '../rules/commit-effects.js';
 import { CorruptRows } from '../rules/corrupt-rows.js';
 import { deliveryConfig, newStats, statsCopy } from '../rules/deliveries.js';
+import {
+  type JourneyCopyRow,
+  type JourneyEventRow,
+  journeyRows,
+  type LaneHeadRow,
+  POLL_MARK_MS,
+} from '../rules/journey.js';
 import { DELIVERY_FIELDS_BYTES, fittingAsync } from '../rules/page-bytes.js';
 import {
   agentState,
@@ -46,8 +53,9 @@ import {
   DEFAULT_STORAGE,
   type DeliveryConfig,
   type DeliveryJson,
-  type DeliveryState,
+  DeliveryState,
   type DeliveryStats,
+  type JourneyRows,
   type MessageDraft,
   type MessageStatus,
   type OpResults,
@@ -171,6 +179,8 @@ export class PgStore implements Store {
   readonly #limits: StorageLimits;
   /** Agents rows known to exist (rows are never deleted): no INSERT before locking them. */
   readonly #known = new Set<string>();
+  /** When each agent's last poll was last written by this replica (#polled). */
+  readonly #pollsWritten = new Map<string, number>();
   /** Message rows known to fail their checksum (found by any read since open). */
   readonly #corrupt = new CorruptRows();
   /** The size bound's count: the sum as last read, and what this store committed since. */
@@ -322,6 +332,7 @@ export class PgStore implements Store {
         // commit flushes theirs too, the WAL being one sequence (docs/design/durability.md).
         await tx.commit(this.#messageSync === 'full' && (tx.wroteMessage || tx.wroteAck));
         for (const id of tx.created) this.#known.add(id);
+        for (const [agent, at] of tx.polls) this.#pollsWritten.set(agent, at);
         this.#usedAdded += tx.addedBytes;
         return tx;
       } catch (err) {
@@ -510,7 +521,7 @@ export class PgStore implements Store {
         return await this.#lease(tx, op, op.agent, op.max, op.now, op.maxBytes);
       case 'ack':
         tx.wroteAck ||= op.ids.length > 0;
-        return await this.#deliveries.ack(tx, op.agent, op.ids);
+        return await this.#deliveries.ack(tx, op.agent, op.ids, op.now ?? Date.now());
       case 'nack':
         tx.wroteAck ||= op.ids.length > 0 && op.retry === false;
         return await this.#deliveries.nack(tx, op.agent, op.ids, op.now, op.retry, op.reason);
@@ -619,6 +630,7 @@ export class PgStore implements Store {
     maxBytes = Number.POSITIVE_INFINITY,
   ): Promise<DeliveryJson[]> {
     await this.#reportFinds(tx, now);
+    this.#polled(tx, agent, now);
     // read in the group's first round trip when nothing before it changed this agent's queue
     let prefetched = tx.lanes.get(op);
     tx.lanes.delete(op);
@@ -649,6 +661,16 @@ export class PgStore implements Store {
       const expires = now + this.#deliveries.leaseMs;
       return handed.map((h, i) => deliveryJson(h.row.id, attempts[i]!, expires, h.json));
     }
+  }
+
+  /**
+   * The agent's last poll, for its journeys (docs/design/journey.md): written with the poll's
+   * own transaction, at most once a second per agent from this replica, so that polls in a
+   * burst cost one row. Counted as written once that transaction commits (#transaction).
+   */
+  #polled(tx: Tx, agent: string, now: number): void {
+    const last = this.#pollsWritten.get(agent) ?? Number.NEGATIVE_INFINITY;
+    if (now - last >= POLL_MARK_MS) tx.polls.set(agent, now);
   }
 
   /** Alerts about corrupt rows that reads found (as sqlite/sqlite-store.ts #reportFinds). */
@@ -692,6 +714,13 @@ export class PgStore implements Store {
       now,
     ]))!;
     tx.inserted++;
+    // the journey goes on with the new copy (as sqlite/sqlite-deliveries.ts writes it: a copy
+    // refused at once, its dead letter's event first)
+    const copy = { id: delivery, message: dl.message, recipient: dl.recipient, attempt: 0 };
+    if (state === DeliveryState.deadLetter) {
+      tx.journeyEvent(copy, 'dead_lettered', now, { reason: 'queue_full', note: null });
+    }
+    tx.journeyEvent(copy, 'redriven', now, { dead_letter: id });
     const d = {
       recipient: dl.recipient,
       priority: dl.priority,
@@ -731,9 +760,7 @@ export class PgStore implements Store {
           locked,
           now,
         ]);
-        const retries: [number, number][] = [];
-        for (const r of rows) this.#deliveries.failAttempt(tx, r, 'lease_expired', now, retries);
-        this.#deliveries.retryLater(tx, retries);
+        this.#deliveries.expire(tx, rows, now);
         more = found.length === SWEEP_CHUNK && rows.length > 0;
       });
       first = false;
@@ -995,6 +1022,56 @@ export class PgStore implements Store {
     if (m === undefined) return undefined;
     const rows = await this.#read<RecipientRow>('recipients', [m.id]);
     return messageStatusOf(m, rows, (r) => this.#intact(r, true));
+  }
+
+  async journey(messageId: string): Promise<JourneyRows | undefined> {
+    const at = uuidv7Time(messageId);
+    if (at === undefined) return undefined;
+    // one snapshot: a copy's state, its events and the head of its lane agree, however the
+    // other replicas change them meanwhile; a page read's slot, as it takes a connection a while
+    return await this.#pageReads.run(() =>
+      this.#snapshot(async (read) => {
+        const [m] = await read<{ id: number }>('messageKey', [at, messageId]);
+        if (m === undefined) return undefined;
+        const copies = await read<JourneyCopyRow>('journeyCopies', [m.id]);
+        const events = await read<JourneyEventRow>('journeyEvents', [m.id]);
+        return await journeyRows(at, copies, events, {
+          head: async (recipient, channel) =>
+            (await read<LaneHeadRow>('laneHead', [recipient, channel]))[0],
+          lastLeased: async (message, delivery) =>
+            (await read<{ at: number }>('lastLeased', [message, delivery]))[0]?.at ?? null,
+          // the agents row keeps its open deliveries: its depth
+          waiting: async (recipient) =>
+            (await read<{ depth: number }>('depth', [recipient]))[0]?.depth ?? 0,
+        });
+      }),
+    );
+  }
+
+  /** Reads in one REPEATABLE READ transaction on a connection of the read pool. */
+  async #snapshot<T>(
+    body: (read: <R>(name: PgStatement, values: readonly unknown[]) => Promise<R[]>) => Promise<T>,
+  ): Promise<T> {
+    const c = await this.#pool.connect().catch((err: unknown) => {
+      throw storageFailureOf(err) ?? err;
+    });
+    let broken: Error | undefined;
+    try {
+      await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const out = await body(
+        async <R>(name: PgStatement, values: readonly unknown[]) =>
+          (await c.query({ name, text: PG_SQL[name], values: values as unknown[] })).rows as R[],
+      );
+      await c.query('COMMIT');
+      return out;
+    } catch (err) {
+      await c.query('ROLLBACK').catch((e: unknown) => {
+        broken = e as Error; // not given back to the pool as it is
+      });
+      throw storageFailureOf(err) ?? err;
+    } finally {
+      c.release(broken);
+    }
   }
 
   async deadLetters(

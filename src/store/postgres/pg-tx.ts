@@ -11,6 +11,7 @@ import { CommitEffectsLog } from '../rules/commit-effects.js';
 import type { DeliveryRow } from '../rules/deliveries.js';
 import type { KeyRow, MessageRow } from '../rules/stored-message.js';
 import type { TargetRow } from '../rules/thread-rows.js';
+import type { DeliveryEvent } from '../store.js';
 import { PG_SQL, type PgStatement } from './pg-sql.js';
 
 /** A delivery that may be handed out now, with its message (readyLanes). */
@@ -49,6 +50,13 @@ const BEGIN = 'BEGIN; SET LOCAL enable_seqscan = off';
  */
 const BEGIN_GENERIC = `${BEGIN}; SET LOCAL plan_cache_mode = force_generic_plan`;
 
+/** The statements that write the journey's events of their changes themselves (pg-sql.ts lease). */
+const WRITES_EVENTS: ReadonlySet<string> = new Set<PgStatement>([
+  'lease',
+  'ackAll',
+  'extendLeases',
+]);
+
 export class Tx {
   readonly fx = new CommitEffectsLog();
   readonly agents = new Map<string, AgentRow>();
@@ -77,6 +85,13 @@ export class Tx {
   readonly toCome = new Map<string, number>();
   /** The ready deliveries of lease ops, read in the group's first round trip (pg-store.ts). */
   readonly lanes = new Map<object, ReadyRow[]>();
+  /** The agents whose last poll this transaction writes, with its time (pg-store.ts #polled). */
+  readonly polls = new Map<string, number>();
+  /**
+   * The journey's events of the changes made, in order (journeyEvent): message, delivery,
+   * recipient, at, event, attempt, detail; sent by #insertEvents.
+   */
+  #journey: [number, number, string, number, DeliveryEvent, number, string | null][] = [];
   #rowsAt = 0;
   /** Delivery rows this transaction inserted (a cached "no such delivery" is then stale). */
   inserted = 0;
@@ -121,6 +136,8 @@ export class Tx {
     if (this.#messages.length > 0 && name !== 'insertMessages' && name !== 'BEGIN') {
       this.#insertMessages();
     }
+    // and the events kept so far before a statement's own: the journey keeps the changes' order
+    if (this.#journey.length > 0 && WRITES_EVENTS.has(name)) this.#insertEvents();
     this.#cork();
     const n = this.#sent++;
     const sent =
@@ -273,6 +290,30 @@ export class Tx {
     if (r) Object.assign(r, patch);
   }
 
+  /**
+   * One event of a delivery's journey (docs/design/journey.md), beside the change it records
+   * (leases, acks and extensions write theirs in their own statements): kept, and written with
+   * the others kept by one statement, before the next statement that writes events or at finish.
+   */
+  journeyEvent(
+    r: { id: number; message: number; recipient: string; attempt: number },
+    event: DeliveryEvent,
+    at: number,
+    detail?: object,
+  ): void {
+    const json = detail === undefined ? null : JSON.stringify(detail);
+    this.#journey.push([r.message, r.id, r.recipient, at, event, r.attempt, json]);
+  }
+
+  #insertEvents(): void {
+    const j = this.#journey;
+    this.#journey = [];
+    this.write(
+      'insertEvents',
+      Array.from({ length: 7 }, (_, i) => j.map((r) => r[i])),
+    );
+  }
+
   /** Counts an event towards its (recipient, reason) alert (folded by the alerts transaction). */
   raise(...event: Parameters<typeof alertEvent>): void {
     const e = alertEvent(...event);
@@ -367,10 +408,16 @@ export class Tx {
   }
 
   /**
-   * The end of the transaction, before COMMIT: the changed agents rows, the counters, the
-   * events, and the announcement `notify` (null: none), in one statement sent with COMMIT.
+   * The end of the transaction, before COMMIT: the journey's events still kept and the last
+   * polls, each in one statement when there are any (a send has none); then the changed agents
+   * rows, the counters, the alert events, and the announcement `notify` (null: none), in one
+   * statement. All are sent with COMMIT.
    */
   finish(notify: string | null): void {
+    if (this.#journey.length > 0) this.#insertEvents();
+    if (this.polls.size > 0) {
+      this.write('markPolls', [[...this.polls.keys()], [...this.polls.values()]]);
+    }
     const dirty = [...this.agents].filter(([, a]) => a.dirty);
     const moved = [...this.seqs].filter(([, c]) => c.moved);
     if (dirty.length === 0 && moved.length === 0 && this.events.length === 0 && notify === null)

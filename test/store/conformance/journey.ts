@@ -124,6 +124,22 @@ export function journeyConformance(name: string, open: Open): void {
       expect(j!.copies[0]).toMatchObject({ state: 'pending', attempts: 0, reason: null });
     });
 
+    it('keeps the order of the changes of one commit: a nack, then the lease that hands the copy out again', async () => {
+      const h = await open({ maxRetries: 3, retryBaseMs: 0 });
+      const [m] = await h.send(draft({ channel: '@qa', at: T0 }));
+      const [d] = await h.lease('qa', 1, T0 + 1);
+      const { results } = await h.store.commit([
+        { op: 'nack', agent: 'qa', ids: [d!.delivery_id], now: T0 + 2 },
+        { op: 'lease', agent: 'qa', max: 1, now: T0 + 2 },
+      ]);
+      expect(results[1]).toEqual({ ok: [expect.any(String)] });
+      expect(eventsOf(await h.store.journey(m!.message_id))).toEqual([
+        ['qa', 'leased', 1],
+        ['qa', 'nacked', 1],
+        ['qa', 'leased', 2],
+      ]);
+    });
+
     it("names the copy that holds a recipient's lane, with when it was leased", async () => {
       const h = await open({ leaseMs: 60_000 }, ['product']);
       const [first] = await h.send(
