@@ -203,9 +203,12 @@ export class DeliveryService {
    * A message's journey (docs/reference/adapter-api.md): every recipient's for its sender and
    * alerts_to, a recipient's own copy for a recipient; 403 for anyone else.
    */
-  async journey(agent: string, messageId: string, alertsTo: string): Promise<string> {
+  async journey(agent: string, id: string, alertsTo: string): Promise<string> {
+    // a message_id, or else the idempotency key of one of the caller's own sends
+    const byId = await this.#store.messageStatus(id);
+    const messageId = byId !== undefined ? id : ((await this.#store.messageIdOf(agent, id)) ?? id);
     const [s, rows] = await Promise.all([
-      this.#store.messageStatus(messageId),
+      byId ?? this.#store.messageStatus(messageId),
       this.#store.journey(messageId),
     ]);
     if (s === undefined || rows === undefined) {

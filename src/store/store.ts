@@ -481,6 +481,8 @@ export interface Store {
    * token. Keys of a group not yet committed are not stored yet.
    */
   isStored(sender: string, idempotencyKey: string): Promise<boolean>;
+  /** The message_id `sender` stored under `idempotencyKey`, if any (journeys by key). */
+  messageIdOf(sender: string, idempotencyKey: string): Promise<string | undefined>;
   /**
    * Messages of a channel after `afterSeq`, in sequence order, checksums verified: one that
    * fails its checksum is skipped (never served; the next lease or sweep raises an

@@ -49,6 +49,15 @@ it('shows the sender and alerts_to every recipient, a recipient its own copy, an
   const direct = await send(a, '@qa');
   const other = await journey(a, direct, 'engineering');
   expect([other.status, other.body.error]).toEqual([403, 'not_your_message']);
+  // by the idempotency key of the caller's own send; another agent's key names nothing for it
+  const key = randomUUID();
+  const sent = await call(a.url, 'POST', '/v1/messages', {
+    agent: 'pm',
+    body: { to: '@qa', kind: 'status', payload: {}, idempotency_key: key },
+  });
+  const byKey = await journey(a, key);
+  expect(byKey.body.message.message_id).toBe(sent.body.message_id);
+  expect((await journey(a, key, 'qa')).status).toBe(404);
   const unknown = await journey(a, '0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11');
   expect([unknown.status, unknown.body.error]).toEqual([404, 'not_found']);
 });

@@ -243,6 +243,7 @@ export const PG_SQL = {
     FROM messages
     WHERE (sender, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
   findByKey: 'SELECT 1 FROM messages WHERE sender = $1 AND idempotency_key = $2',
+  messageIdByKey: 'SELECT message_id FROM messages WHERE sender = $1 AND idempotency_key = $2',
   /**
    * Messages (in the order given), their deliveries (in the order given: each message's in
    * recipient order, pending or, for a queue_full copy, dead), and the dead letters of those

@@ -882,6 +882,14 @@ export class PgStore implements Store {
     }
   }
 
+  async messageIdOf(sender: string, idempotencyKey: string): Promise<string | undefined> {
+    const rows = await this.#read<{ message_id: string }>('messageIdByKey', [
+      sender,
+      idempotencyKey,
+    ]);
+    return rows[0]?.message_id;
+  }
+
   async isStored(sender: string, idempotencyKey: string): Promise<boolean> {
     return (await this.#read('findByKey', [sender, idempotencyKey])).length > 0;
   }

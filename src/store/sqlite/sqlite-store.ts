@@ -423,6 +423,10 @@ export class SqliteStore implements Store {
     return rows.length;
   }
 
+  async messageIdOf(sender: string, idempotencyKey: string): Promise<string | undefined> {
+    return this.#s.findByKey.get(sender, idempotencyKey)?.message_id;
+  }
+
   async isStored(sender: string, idempotencyKey: string): Promise<boolean> {
     return this.#s.findByKey.get(sender, idempotencyKey) !== undefined;
   }
@@ -523,16 +527,11 @@ export class SqliteStore implements Store {
     const at = uuidv7Time(messageId);
     const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
     if (m === undefined) return undefined;
-    return journeyRows(
-      at!,
-      this.#s.journeyCopies.all(m.id),
-      this.#s.journeyEvents.all(m.id),
-      {
-        head: (recipient, channel) => this.#s.laneHead.get(recipient, channel),
-        lastLeased: (message, delivery) => this.#s.lastLeased.get(message, delivery) ?? null,
-        waiting: (recipient) => this.#s.openDeliveries.get(recipient) ?? 0,
-      },
-    );
+    return journeyRows(at!, this.#s.journeyCopies.all(m.id), this.#s.journeyEvents.all(m.id), {
+      head: (recipient, channel) => this.#s.laneHead.get(recipient, channel),
+      lastLeased: (message, delivery) => this.#s.lastLeased.get(message, delivery) ?? null,
+      waiting: (recipient) => this.#s.openDeliveries.get(recipient) ?? 0,
+    });
   }
 
   async deadLetters(after: number, limit: number, maxBytes = Infinity): Promise<string[]> {

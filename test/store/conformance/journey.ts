@@ -171,6 +171,14 @@ export function journeyConformance(name: string, open: Open): void {
       expect((await h.store.journey(first!.message_id))!.copies[0]!.head).toBeNull();
     });
 
+    it("finds a message by its sender's idempotency key, and only its sender's", async () => {
+      const h = await open({});
+      const [m] = await h.send(draft({ channel: '@qa', sender: 'pm', key: 'k-1', at: T0 }));
+      expect(await h.store.messageIdOf('pm', 'k-1')).toBe(m!.message_id);
+      expect(await h.store.messageIdOf('qa', 'k-1')).toBeUndefined();
+      expect(await h.store.messageIdOf('pm', 'k-2')).toBeUndefined();
+    });
+
     it('knows no journey of an unknown message, and none once retention took it', async () => {
       const h = await open({});
       expect(await h.store.journey('0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11')).toBeUndefined();
