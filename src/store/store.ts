@@ -9,6 +9,7 @@
  * a timer to re-arm) comes back with the results as one value, CommitEffects. Reads need no
  * transaction.
  */
+import type { JourneyEvent } from '../protocol/agent-api.js';
 import type { Assignment } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
 import type { Priority } from '../protocol/priority.js';
@@ -387,18 +388,7 @@ export interface MessageStatus {
  * A change of one delivery, as its journey tells it (docs/design/journey.md). A copy's `queued`
  * is its message's commit, never a row.
  */
-export type DeliveryEvent =
-  | 'leased'
-  | 'lease_extended'
-  | 'lease_expired'
-  | 'nacked'
-  | 'acked'
-  | 'evicted'
-  | 'expired'
-  | 'dead_lettered'
-  | 'redriven'
-  | 'paused'
-  | 'resumed';
+export type DeliveryEvent = Exclude<JourneyEvent['event'], 'queued'>;
 
 /** What the store keeps of a message's journey: each recipient's latest copy and the events. */
 export interface JourneyRows {

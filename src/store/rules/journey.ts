@@ -3,18 +3,11 @@
  * causes"): a pure function of the copy, the copy that holds its lane, the recipient's last poll
  * and the time. Both stores read what it needs; nothing here is stored.
  */
+import type { RecipientJourney as RecipientJourneyAnswer } from '../../protocol/agent-api.js';
 import { type DeliveryEvent, DeliveryState, type JourneyCopy, type JourneyRows } from '../store.js';
 import { STATE_NAME } from './stored-message.js';
 
-export type JourneyCause =
-  | 'acked'
-  | 'leased'
-  | 'waiting_for_poll'
-  | 'waiting_behind'
-  | 'retry_backoff'
-  | 'paused'
-  | 'scheduled'
-  | 'dead_letter';
+export type JourneyCause = RecipientJourneyAnswer['cause'];
 
 /** One copy as the journey reads it. Times are ms since the epoch. */
 export interface CopyView {
@@ -22,7 +15,7 @@ export interface CopyView {
   readonly state: 'pending' | 'leased' | 'acked' | 'dead_letter';
   /** Attempts made so far (leases handed out). */
   readonly attempts: number;
-  /** The attempts a copy gets before it is dead-lettered (AGW_MAX_ATTEMPTS). */
+  /** The attempts a copy gets before it is dead-lettered (1 + AGW_MAX_RETRIES). */
   readonly maxAttempts: number;
   /** When a pending copy may be handed out (after a nack or an expired lease: the retry). */
   readonly availableAt: number;
