@@ -171,6 +171,9 @@ describe('a sidecar and its MCP endpoint', () => {
     nack,
     extend_lease: lease.map((l) => ({ delivery_ids: l.delivery_ids, extend_ms: l.extend_ms })),
     message_status: fc.constant({ message_id: '0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11' }),
+    explain_message: fc.record({
+      id: fc.oneof(fc.constant('0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11'), protoName),
+    }),
     read_channel: fc.record({ channel: fc.oneof(fc.constantFrom('product', '@pm'), protoName) }),
     whoami: fc.constant({}),
     heartbeat: fc.constant({}),
