@@ -1,152 +1,29 @@
 /**
- * For random sequences of operations on a real SQLite store (sends to a direct and a group
- * channel, leases, acks, nacks with and without retry, extensions, sweeps as the clock moves,
- * redrives of dead letters, evictions from a small queue), each copy's last journey event always
- * agrees with its state (docs/design/journey.md): a leased copy's is `leased` or
- * `lease_extended`, an acked one's `acked`, a dead letter's `dead_lettered` or `evicted`, a
- * pending one's none (never handed out), `nacked`, `lease_expired` or `redriven`.
+ * The journey's property (conformance/journey-property.ts) on a real SQLite store, a fresh file
+ * in a temp folder for each run.
  */
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import fc from 'fast-check';
-import { expect, it } from 'vitest';
-import type { Delivery } from '../../src/protocol/wire.js';
+import { it } from 'vitest';
 import { openStore } from '../../src/store/open.js';
-import type { MessageDraft, Store } from '../../src/store/store.js';
-import { sha256 } from './conformance/harness.js';
+import { checkJourneyProperty, JOURNEY_PROPERTY_OPTIONS } from './conformance/journey-property.js';
 
-const SEED = 20261205;
-const T0 = Date.UTC(2031, 0, 1);
-const AGENTS = ['qa', 'engineering'] as const;
-
-type Step =
-  | { op: 'send'; channel: '@qa' | 'product'; critical: boolean }
-  | { op: 'lease'; agent: number; max: number }
-  | { op: 'ack'; pick: number }
-  | { op: 'nack'; pick: number; retry: boolean }
-  | { op: 'extend'; pick: number }
-  | { op: 'tick'; ms: number }
-  | { op: 'redrive'; pick: number };
-
-const step: fc.Arbitrary<Step> = fc.oneof(
-  fc.record({
-    op: fc.constant('send' as const),
-    channel: fc.constantFrom('@qa' as const, 'product' as const),
-    critical: fc.boolean(),
-  }),
-  fc.record({
-    op: fc.constant('lease' as const),
-    agent: fc.nat(1),
-    max: fc.integer({ min: 1, max: 3 }),
-  }),
-  fc.record({ op: fc.constant('ack' as const), pick: fc.nat() }),
-  fc.record({ op: fc.constant('nack' as const), pick: fc.nat(), retry: fc.boolean() }),
-  fc.record({ op: fc.constant('extend' as const), pick: fc.nat() }),
-  fc.record({ op: fc.constant('tick' as const), ms: fc.integer({ min: 1, max: 40_000 }) }),
-  fc.record({ op: fc.constant('redrive' as const), pick: fc.nat() }),
-);
-
-const AGREES: Record<string, readonly (string | undefined)[]> = {
-  pending: [undefined, 'nacked', 'lease_expired', 'redriven'],
-  leased: ['leased', 'lease_extended'],
-  acked: ['acked'],
-  dead_letter: ['dead_lettered', 'evicted'],
-};
-
-function draft(channel: string, critical: boolean, at: number): MessageDraft {
-  const key = randomUUID();
-  return {
-    sender: 'pm',
-    idempotencyKey: key,
-    fingerprint: sha256(key),
-    channel,
-    kind: 'status',
-    priority: critical ? 'critical' : 'normal',
-    replyTo: null,
-    payloadJson: '{}',
-    receivedAt: at,
-    recipients: channel === '@qa' ? ['qa'] : [...AGENTS],
-  };
-}
-
-async function run(store: Store, steps: readonly Step[]): Promise<void> {
-  let now = T0;
-  const sent: string[] = [];
-  const held: { agent: string; id: number }[] = [];
-  const pick = <T>(xs: readonly T[], n: number) =>
-    xs.length === 0 ? undefined : xs[n % xs.length];
-  for (const s of steps) {
-    now += 1;
-    if (s.op === 'send') {
-      const { results } = await store.commit([
-        { op: 'append', drafts: [draft(s.channel, s.critical, now)] },
-      ]);
-      const r = results[0]!;
-      if ('ok' in r) {
-        const [o] = r.ok as { status: number; assignment: { message_id: string } }[];
-        if (o!.status === 201) sent.push(o!.assignment.message_id);
-      }
-    } else if (s.op === 'lease') {
-      const agent = AGENTS[s.agent]!;
-      const { results } = await store.commit([{ op: 'lease', agent, max: s.max, now }]);
-      for (const j of (results[0] as { ok: string[] }).ok)
-        held.push({ agent, id: (JSON.parse(j) as Delivery).delivery_id });
-    } else if (s.op === 'ack' || s.op === 'nack' || s.op === 'extend') {
-      const h = pick(held, s.pick);
-      if (h === undefined) continue;
-      const ids = [h.id];
-      const op =
-        s.op === 'ack'
-          ? ({ op: 'ack', agent: h.agent, ids, now } as const)
-          : s.op === 'nack'
-            ? ({ op: 'nack', agent: h.agent, ids, now, retry: s.retry, reason: 'r' } as const)
-            : ({ op: 'extend', agent: h.agent, ids, extendMs: 20_000, now } as const);
-      await store.commit([op]); // a refusal (not leased any more) is an answer, not a change
-    } else if (s.op === 'tick') {
-      now += s.ms;
-      await store.commit([{ op: 'sweep', now }]);
-    } else {
-      const dead = (await store.deadLetters(0, 1000)).map((j) => JSON.parse(j) as { id: number });
-      const d = pick(dead, s.pick);
-      if (d !== undefined) await store.commit([{ op: 'replay_dead_letter', id: d.id, now }]);
-    }
-  }
-  for (const id of sent) {
-    const j = (await store.journey(id))!;
-    for (const c of j.copies) {
-      const last = j.events.findLast((e) => e.delivery === c.delivery)?.event;
-      expect(AGREES[c.state], `${id} ${c.recipient}: ${c.state} after ${last}`).toContain(last);
-    }
-  }
-}
-
-it('keeps every copy’s last event in agreement with its state, for random operations', {
-  timeout: 120_000,
-}, async () => {
-  await fc.assert(
-    fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 60 }), async (steps) => {
+it(
+  'keeps every copy’s last event in agreement with its state, for random operations',
+  {
+    timeout: 120_000,
+  },
+  () =>
+    checkJourneyProperty(async () => {
       const dir = mkdtempSync(join(tmpdir(), 'agw-journey-'));
-      const store = await openStore(join(dir, 'adapter.db'), {
-        sync: 'normal',
-        delivery: {
-          alertsTo: 'orchestrator',
-          capacity: 3,
-          leaseMs: 10_000,
-          maxRetries: 1,
-          retryBaseMs: 1000,
-          random: () => 0.5,
+      const store = await openStore(join(dir, 'adapter.db'), JOURNEY_PROPERTY_OPTIONS);
+      return {
+        store,
+        close: async () => {
+          await store.close();
+          rmSync(dir, { recursive: true, force: true });
         },
-      });
-      try {
-        await store.ensureChannels(['@qa', '@engineering', '@orchestrator', 'product']);
-        await run(store, steps);
-      } finally {
-        await store.close();
-        rmSync(dir, { recursive: true, force: true });
-      }
-    }),
-    { numRuns: 150, seed: SEED },
-  );
-});
+      };
+    }, 150),
+);

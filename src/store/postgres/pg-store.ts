@@ -714,13 +714,13 @@ export class PgStore implements Store {
       now,
     ]))!;
     tx.inserted++;
-    // the journey goes on with the new copy (as sqlite/sqlite-deliveries.ts writes it: a copy
-    // refused at once, its dead letter's event first)
+    // the journey goes on with the new copy, `redriven` first (as sqlite/sqlite-deliveries.ts
+    // writes it); a copy a full queue refuses at once then ends with its dead letter's event
     const copy = { id: delivery, message: dl.message, recipient: dl.recipient, attempt: 0 };
+    tx.journeyEvent(copy, 'redriven', now, { dead_letter: id });
     if (state === DeliveryState.deadLetter) {
       tx.journeyEvent(copy, 'dead_lettered', now, { reason: 'queue_full', note: null });
     }
-    tx.journeyEvent(copy, 'redriven', now, { dead_letter: id });
     const d = {
       recipient: dl.recipient,
       priority: dl.priority,

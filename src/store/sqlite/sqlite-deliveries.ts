@@ -28,6 +28,16 @@ const SWEEP_CHUNK = 500;
 /** The adapter that leased a delivery, as its journey names it: the pod's name in Kubernetes. */
 const REPLICA = hostname();
 
+/** What a new copy is made of (enqueue's arguments, for the rows it writes). */
+interface NewCopy {
+  readonly message: number;
+  readonly recipient: string;
+  readonly channel: string;
+  readonly priority: number;
+  readonly now: number;
+  readonly redrivenFrom: number | undefined;
+}
+
 export class Deliveries {
   readonly #rules: DeliveryRules;
   readonly #alerts: Alerts;
@@ -95,7 +105,8 @@ export class Deliveries {
    * normal pending delivery of the sender holding the most of it is evicted to the dead
    * letters; if no such sender has one, a normal delivery is dead-lettered at once (queue_full)
    * and a critical one is taken above the bound with an overrun alert. Nothing leaves without a
-   * dead-letter row. `sender` undefined: an operator's replay of a dead letter.
+   * dead-letter row. `sender` undefined: an operator's replay of a dead letter, `redrivenFrom`
+   * the dead letter's id.
    */
   enqueue(
     message: number,
@@ -106,22 +117,23 @@ export class Deliveries {
     now: number,
     sender: string | undefined,
     quiet = false,
+    redrivenFrom?: number,
   ): number {
+    const copy = { message, recipient, channel, priority, now, redrivenFrom };
     const depth = this.depth(recipient);
     const needs = this.#rules.needsHoldings(depth, priority, sender);
     const held = needs ? this.#holdings(recipient) : [];
     const plan = this.#rules.admission(depth, priority, sender, held);
-    if (plan === 'refuse') return this.#refuse(message, recipient, channel, priority, now);
+    if (plan === 'refuse') return this.#refuse(copy);
     if (plan !== 'admit') {
       const from = plan.evictFrom;
       const victim = from === undefined ? undefined : this.#s.oldestNormalOf.get(recipient, from);
       const full = this.#rules.fullQueue(victim !== undefined, priority, quiet);
-      if (full === 'refuse') return this.#refuse(message, recipient, channel, priority, now);
+      if (full === 'refuse') return this.#refuse(copy);
       if (full === 'evict') this.#deadLetter(victim!, 'evicted', now);
       if (full === 'overrun') this.#alerts.raise(recipient, 'critical_overrun', messageId, 0, now);
     }
-    const pending = DeliveryState.pending;
-    const { id } = this.#s.insert.get(message, recipient, channel, priority, pending, now)!;
+    const id = this.#insert(copy, DeliveryState.pending);
     this.#bump(recipient, 1, priority);
     this.#fx.woken.add(recipient);
     this.#stats.enqueued++;
@@ -272,16 +284,21 @@ export class Deliveries {
   }
 
   /** A delivery dead-lettered as it is made (queue_full): its row, its dead letter, its alert. */
-  #refuse(
-    message: number,
-    recipient: string,
-    channel: string,
-    priority: number,
-    now: number,
-  ): number {
+  #refuse(copy: NewCopy): number {
     const state = DeliveryState.deadLetter;
-    const { id } = this.#s.insert.get(message, recipient, channel, priority, state, now)!;
+    const id = this.#insert(copy, state);
+    const { message, recipient, priority, now } = copy;
     this.#deadLetter({ id, message, recipient, state, attempt: 0, priority }, 'queue_full', now);
+    return id;
+  }
+
+  /** A new copy's row; a redriven one's journey goes on with it, `redriven` its first event. */
+  #insert(c: NewCopy, state: DeliveryState): number {
+    const { id } = this.#s.insert.get(c.message, c.recipient, c.channel, c.priority, state, c.now)!;
+    if (c.redrivenFrom !== undefined) {
+      const r = { id, message: c.message, recipient: c.recipient, attempt: 0 };
+      this.#event(r, 'redriven', c.now, { dead_letter: c.redrivenFrom });
+    }
     return id;
   }
 
@@ -298,11 +315,6 @@ export class Deliveries {
     if (m !== undefined && !m.kind.startsWith(ADAPTER_KIND_PREFIX)) {
       this.#alerts.raise(r.recipient, reason, m.message_id, r.attempt, now);
     }
-  }
-
-  /** A redriven dead letter's new copy: its journey continues with it. */
-  redriven(r: Pick<Row, 'id' | 'message' | 'recipient'>, deadLetter: number, now: number): void {
-    this.#event({ ...r, attempt: 0 }, 'redriven', now, { dead_letter: deadLetter });
   }
 
   /** One event of a delivery's journey, in the transaction of the change it records. */

@@ -395,13 +395,10 @@ export class SqliteStore implements Store {
       dl.priority,
       now,
       undefined,
+      false,
+      id,
     );
     this.#s.markReplayed.run(delivery, id);
-    this.#deliveries.redriven(
-      { id: delivery, message: dl.message, recipient: dl.recipient },
-      id,
-      now,
-    );
     this.#holdsMessage = true;
     return { delivery_id: delivery, replayed: true };
   }
