@@ -5,6 +5,8 @@
  * here is below 2^53).
  */
 
+import { JOURNEY_EVENT_BYTES } from '../rules/storage.js';
+
 /** pg_advisory_lock keys (the two-int form: this program's namespace, then the lock). */
 export const LOCK_NS = 0x61677700; // 'agw\0'
 export const LOCK_MIGRATE = 1;
@@ -326,8 +328,20 @@ export const PG_SQL = {
   agents: 'SELECT id, last_seen, depth, critical FROM agents WHERE id = ANY($1::text[])',
   depth: 'SELECT depth, critical FROM agents WHERE id = $1',
   senders: 'SELECT id, stored_bytes FROM agents WHERE stored_bytes IS NOT NULL',
-  /** What the size bound counts: every sender's stored messages (rules/storage.ts messageSize). */
-  storedBytes: 'SELECT coalesce(sum(stored_bytes), 0)::bigint AS used FROM agents',
+  /**
+   * The store's size for its bound: every sender's stored messages (each by its size,
+   * rules/storage.ts messageSize) plus the journey's events (JOURNEY_EVENT_BYTES each, written on
+   * the receive path and so attributed to no sender). The events are counted from the server's
+   * statistics, which go down when retention deletes them (a relation's size on disk never
+   * does): the live rows, flushed by each server backend within seconds; and not below the
+   * count the last vacuum or analyze saw, so a server crash, which resets the statistics, does
+   * not make them uncounted (docs/design/postgres.md, "Storage bounds").
+   */
+  storedBytes: `
+    SELECT ((SELECT coalesce(sum(stored_bytes), 0) FROM agents)
+      + (SELECT greatest(coalesce(s.n_live_tup, 0), c.reltuples, 0)
+         FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+         WHERE c.oid = 'delivery_events'::regclass) * ${JOURNEY_EVENT_BYTES})::bigint AS used`,
   oldestPendingAt: `
     SELECT available_at FROM deliveries WHERE id = least(
       (SELECT id FROM deliveries WHERE recipient = $1 AND state = 0 AND priority = 0

@@ -17,6 +17,13 @@ export const MESSAGE_OVERHEAD_BYTES = 256;
 export const DELIVERY_OVERHEAD_BYTES = 128;
 
 /**
+ * One journey event's row with its index entry, as PostgreSQL stores it: measured 184 bytes for
+ * 100,000 events, two thirds with a lease's detail (PostgreSQL 15). Counted by the PostgreSQL
+ * store's size bound; SQLite's bound counts the pages in use, events included.
+ */
+export const JOURNEY_EVENT_BYTES = 184;
+
+/**
  * Retry-After of `storage_full`: space comes back when retention runs (hourly) or an operator
  * acts, not in a second; 30 s keeps a fleet of sidecars from asking every second meanwhile.
  */

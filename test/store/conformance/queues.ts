@@ -5,6 +5,7 @@ import { PAGE_ITEM_OVERHEAD } from '../../../src/protocol/limits.js';
 import type { Delivery } from '../../../src/protocol/wire.js';
 import type { AlertPayload, AppendOutcome } from '../../../src/store/store.js';
 import { StorageFailure } from '../../../src/store/store.js';
+import { until } from '../../helpers/wait.js';
 import {
   ALERTS_CHANNEL,
   ALERTS_TO,
@@ -280,6 +281,39 @@ export function queuesConformance(name: string, open: Open): void {
       expect(pruned).toBe(stored.length);
       const [after] = await h.send(sized(16, { channel: '@qa', at: T0 + DAY }));
       expect(after?.channel_sequence_id).toBe(stored.length + 1);
+    });
+
+    it("counts the journey's events in the store's size", { timeout: 60_000 }, async () => {
+      const h = await open({ leaseMs: 60_000 });
+      const [d] = await (async () => {
+        await h.send(draft({ channel: '@qa', at: T0 }));
+        return h.lease('qa', 1, T0 + 1);
+      })();
+      const before = (await h.store.storageUse()).usedBytes;
+      // 1,000 extensions: one lease_extended event each, and no other row
+      for (let i = 0; i < 10; i++) {
+        await h.run(
+          Array.from({ length: 100 }, (_, j) => ({
+            op: 'extend' as const,
+            agent: 'qa',
+            ids: [d!.delivery_id],
+            extendMs: 60_000,
+            now: T0 + 2 + i * 100 + j,
+          })),
+        );
+      }
+      const events = (await h.store.journey(d!.message.message_id))!.events;
+      expect(events.filter((e) => e.event === 'lease_extended')).toHaveLength(1000);
+      // each event's row and index entries take well over 32 bytes on either engine (PostgreSQL
+      // counts them from its statistics, which each server backend flushes within seconds)
+      let grown = 0;
+      await until(
+        async () => {
+          grown = (await h.store.storageUse()).usedBytes - before;
+          return grown > 1000 * 32;
+        },
+        () => `the store's size to count 1,000 events (grew by ${grown} bytes)`,
+      );
     });
 
     it('refuses a sender past its share of the bound while others still send, and takes it again once its messages are pruned', async () => {
