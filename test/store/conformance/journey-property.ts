@@ -8,13 +8,12 @@
  * redrive made begins with `redriven`, no other does. Run on SQLite
  * by journey-events.property.test.ts and on PostgreSQL by pg-journey-events.property.test.ts.
  */
-import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { expect } from 'vitest';
 import type { Delivery } from '../../../src/protocol/wire.js';
 import type { SqliteStoreOptions } from '../../../src/store/sqlite/sqlite-store.js';
-import type { MessageDraft, Store } from '../../../src/store/store.js';
-import { sha256 } from './harness.js';
+import type { Store } from '../../../src/store/store.js';
+import { draft } from './harness.js';
 
 const SEED = 20261205;
 const T0 = Date.UTC(2031, 0, 1);
@@ -70,22 +69,6 @@ const AGREES: Record<string, readonly (string | undefined)[]> = {
   dead_letter: ['dead_lettered', 'evicted'],
 };
 
-function draft(channel: string, critical: boolean, at: number): MessageDraft {
-  const key = randomUUID();
-  return {
-    sender: 'pm',
-    idempotencyKey: key,
-    fingerprint: sha256(key),
-    channel,
-    kind: 'status',
-    priority: critical ? 'critical' : 'normal',
-    replyTo: null,
-    payloadJson: '{}',
-    receivedAt: at,
-    recipients: channel === '@qa' ? ['qa'] : [...AGENTS],
-  };
-}
-
 async function run(store: Store, steps: readonly Step[]): Promise<void> {
   let now = T0;
   const sent: string[] = [];
@@ -97,7 +80,17 @@ async function run(store: Store, steps: readonly Step[]): Promise<void> {
     now += 1;
     if (s.op === 'send') {
       const { results } = await store.commit([
-        { op: 'append', drafts: [draft(s.channel, s.critical, now)] },
+        {
+          op: 'append',
+          drafts: [
+            draft({
+              channel: s.channel,
+              priority: s.critical ? 'critical' : 'normal',
+              at: now,
+              to: s.channel === '@qa' ? ['qa'] : [...AGENTS],
+            }),
+          ],
+        },
       ]);
       const r = results[0]!;
       if ('ok' in r) {
