@@ -4,6 +4,7 @@
 #   podman runc  the Podman run (test/e2e/podman.sh), on runc: crun fails here on setrlimit
 #   debootstrap  the Podman run's local Node base image
 #   strace       counting fsync calls (test/store/durability.test.ts, bench/path/trip.mjs --fsyncs)
+#   chromium     the console's tests in a real browser (test/console/), driven by playwright-core
 #   postgresql   the PostgreSQL store's tests, against 127.0.0.1:5432 as user postgres (trust)
 # With everything there it does nothing but make sure PostgreSQL is up: a cluster that is down
 # is started with pg_ctlcluster, and the script waits (at most 30 s) until pg_isready answers.
@@ -28,7 +29,7 @@ pg_version() { ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1; }
 
 missing=()
 { [ -x /lib/systemd/systemd-journald ] && command -v journalctl >/dev/null; } || missing+=(systemd)
-for tool in podman runc debootstrap strace; do
+for tool in podman runc debootstrap strace chromium; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 # PostgreSQL: already answering (whatever runs it), or a Debian cluster there is to start
