@@ -310,7 +310,13 @@ export type StoreOp =
   /** Expired leases become failed attempts; alerts whose window has passed go out. */
   | { readonly op: 'sweep'; readonly now: number }
   /** A fresh delivery for a dead letter; a second replay returns the first one's delivery. */
-  | { readonly op: 'replay_dead_letter'; readonly id: number; readonly now: number }
+  | {
+      readonly op: 'replay_dead_letter';
+      readonly id: number;
+      readonly now: number;
+      /** Who replayed it (its `redriven` event says), when known. */
+      readonly by?: string;
+    }
   /**
    * Raises (or counts `count`, default 1, towards) an aggregated alert about `recipient`;
    * `messageId`, when given, is listed in it.
@@ -323,6 +329,32 @@ export type StoreOp =
       readonly count?: number;
       readonly now: number;
     }
+  /**
+   * Pauses or resumes `agent`'s deliveries (operators, docs/design/operators.md): while paused a
+   * lease of it hands out nothing. `by` is who did it (`operator:<id>`). Durable; a repeat
+   * changes nothing (`changed` false). A resume wakes the agent's polls (effects.woken).
+   */
+  | { readonly op: 'pause' | 'resume'; readonly agent: string; readonly by: string; readonly now: number }
+  /**
+   * A bulk redrive of dead letters: the selection (ids, or a filter), the dead letters existing
+   * now (up to the highest id), and how many match (`total`). Nothing is replayed yet: steps do.
+   */
+  | {
+      readonly op: 'redrive_create';
+      readonly id: string;
+      readonly by: string;
+      readonly selection: RedriveSelection;
+      readonly rate: number;
+      readonly now: number;
+    }
+  /**
+   * Replays up to `max` more dead letters of redrive `id`, in message order (each channel's
+   * sequence order) after its cursor, and moves the cursor and counts in the same commit. One
+   * already replayed is counted skipped. The last step marks it done.
+   */
+  | { readonly op: 'redrive_step'; readonly id: string; readonly max: number; readonly now: number }
+  /** Appends an entry to the audit log (hash-chained, rules/audit.ts). */
+  | { readonly op: 'audit'; readonly entry: AuditDraft }
   /** Up to `limit` messages received before `before`, except kinds in `keep` and undelivered. */
   | {
       readonly op: 'prune';
@@ -346,6 +378,82 @@ export interface OpResults {
   alert: undefined;
   /** How many messages went. */
   prune: number;
+  pause: PauseAnswer;
+  resume: PauseAnswer;
+  /** How many dead letters the redrive takes. */
+  redrive_create: { redrive_id: string; count: number };
+  /** Its progress after the step; undefined: no such redrive. */
+  redrive_step: RedriveState | undefined;
+  audit: AuditEntry;
+}
+
+/** The detail of a copy's `redriven` event: its dead letter, who, and by which redrive. */
+export interface RedriveDetail {
+  readonly dead_letter: number;
+  readonly by?: string;
+  readonly redrive?: string;
+}
+
+/** An agent's pause after a pause or resume; `changed` false when it was so already. */
+export interface PauseAnswer {
+  readonly paused: { readonly since: number; readonly by: string } | null;
+  readonly changed: boolean;
+}
+
+/** Which dead letters (open ones: not replayed yet); all given fields must match. */
+export interface DeadLetterFilter {
+  readonly reason?: string;
+  readonly recipient?: string;
+  readonly channel?: string;
+  /** Full text over the message's payload text and kind (searchMessages' `q`). */
+  readonly q?: string;
+}
+
+/** What a redrive takes: these dead letter ids, or those matching a filter. */
+export type RedriveSelection =
+  | { readonly ids: readonly number[] }
+  | { readonly filter: DeadLetterFilter };
+
+export interface RedriveState {
+  readonly redrive_id: string;
+  readonly total: number;
+  readonly done: number;
+  readonly skipped: number;
+  readonly state: 'running' | 'done';
+  readonly rate: number;
+  readonly by: string;
+  readonly created_at: string;
+}
+
+/** An entry to append to the audit log; the store gives it its seq and hashes. */
+export interface AuditDraft {
+  readonly at: number;
+  /** An agent's id, `operator:<id>`, or `adapter`. */
+  readonly actor: string;
+  readonly action: string;
+  readonly target: string;
+  readonly detail: Readonly<Record<string, unknown>>;
+}
+
+export interface AuditEntry {
+  readonly seq: number;
+  readonly at: string;
+  readonly actor: string;
+  readonly action: string;
+  readonly target: string;
+  readonly detail: Readonly<Record<string, unknown>>;
+  readonly prev_hash: string;
+  readonly hash: string;
+}
+
+/** A message search (GET /v1/messages): newest first; `after` 0 or a page's nextAfter. */
+export interface MessageQuery {
+  readonly q?: string;
+  readonly channel?: string;
+  readonly sender?: string;
+  readonly kind?: string;
+  readonly after: number;
+  readonly limit: number;
 }
 export type OpResult<O extends StoreOp> = OpResults[O['op']];
 
@@ -405,9 +513,21 @@ export interface JourneyRows {
     /** JSON, or null. */
     readonly detail: string | null;
   }[];
+  /** The recipients' pauses and resumes since the message was accepted, oldest first. */
+  readonly pauses?: readonly PauseEvent[];
+  /** The recipients paused now: since when, by whom. */
+  readonly pausedNow?: Readonly<Record<string, { readonly since: number; readonly by: string }>>;
 }
 
 /** One recipient's latest copy of a message, with what the journey needs around it. */
+/** A pause or resume of an agent's deliveries, as journeys tell it. */
+export interface PauseEvent {
+  readonly agent: string;
+  readonly at: number;
+  readonly event: 'paused' | 'resumed';
+  readonly by: string;
+}
+
 export interface JourneyCopy {
   readonly recipient: string;
   readonly delivery: number;
@@ -448,8 +568,20 @@ export interface ThreadPage {
 export interface AgentState {
   readonly id: string;
   readonly last_seen: string | null;
+  /** Its last poll (journey's last_poll), ISO; null: never. */
+  readonly last_poll: string | null;
+  /** Pending and leased (queue_depth: the same, the older name). */
   readonly queue_depth: number;
   readonly critical_depth: number;
+  /** Waiting to be handed out (or retried). */
+  readonly pending: number;
+  readonly critical_pending: number;
+  readonly leased: number;
+  /** Open dead letters of it (not replayed). */
+  readonly dead_letters: number;
+  readonly paused: boolean;
+  readonly paused_since: string | null;
+  readonly paused_by: string | null;
 }
 
 export interface Store {
@@ -510,7 +642,25 @@ export interface Store {
    * Dead letters with id > `after`, oldest first, each with its message; `maxBytes` as above.
    * One whose message fails its checksum (an `integrity` dead letter) has `"message":null`.
    */
-  deadLetters(after: number, limit: number, maxBytes?: number): Promise<string[]>;
+  deadLetters(
+    after: number,
+    limit: number,
+    maxBytes?: number,
+    filter?: DeadLetterFilter,
+  ): Promise<string[]>;
+  /**
+   * Retained messages matching `query`, newest first (as replay shows them, checksums verified),
+   * `maxBytes` as above; nextAfter is the cursor after the last (null: empty page).
+   */
+  searchMessages(query: MessageQuery, maxBytes?: number): Promise<ThreadPage>;
+  /** A redrive's progress; undefined if unknown. */
+  redrive(id: string): Promise<RedriveState | undefined>;
+  /** The redrives still running (resumed at start). */
+  runningRedrives(): Promise<string[]>;
+  /** Each channel's last sequence number (0: none yet), by name. */
+  lastSequences(): Promise<Record<string, number>>;
+  /** Audit entries with seq > after, oldest first. */
+  audit(after: number, limit: number): Promise<AuditEntry[]>;
   /** Each agent's last heartbeat and queue depth. */
   agents(ids: Iterable<string>): Promise<AgentState[]>;
   /** Pending plus leased deliveries of an agent, and how many are critical. */

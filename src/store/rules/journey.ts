@@ -4,7 +4,13 @@
  * and the time. Both stores read what it needs; nothing here is stored.
  */
 import type { RecipientJourney as RecipientJourneyAnswer } from '../../protocol/agent-api.js';
-import { type DeliveryEvent, DeliveryState, type JourneyCopy, type JourneyRows } from '../store.js';
+import {
+  type DeliveryEvent,
+  DeliveryState,
+  type JourneyCopy,
+  type JourneyRows,
+  type PauseEvent,
+} from '../store.js';
 import { STATE_NAME } from './stored-message.js';
 
 export type JourneyCause = RecipientJourneyAnswer['cause'];
@@ -347,6 +353,8 @@ export function recipientJourneys(
               },
         lastPoll: c.lastPoll,
         waiting: c.waiting,
+        // a lease already handed out runs its course: only a waiting copy is held by a pause
+        paused: c.state === 'pending' ? (rows.pausedNow?.[c.recipient] ?? null) : null,
       };
       const h = c.head;
       const blocker =
@@ -381,15 +389,40 @@ export function recipientJourneys(
         waiting_behind: cause.waiting_behind,
         events: [
           { at: iso(rows.acceptedAt), event: 'queued' as const, attempt: 0, detail: null },
-          ...mine.map((e) => ({
-            at: iso(e.at),
-            event: e.event,
-            attempt: e.attempt,
-            detail: parse(e.detail),
-          })),
+          ...withPauses(
+            mine.map((e) => ({
+              at: e.at,
+              event: e.event,
+              attempt: e.attempt,
+              detail: parse(e.detail),
+            })),
+            (rows.pauses ?? []).filter(
+              (p) => p.agent === c.recipient && (view.finishedAt == null || p.at <= view.finishedAt),
+            ),
+          ).map((e) => ({ ...e, at: iso(e.at) })),
         ],
       };
     });
+}
+
+type TimedEvent = {
+  at: number;
+  event: DeliveryEvent;
+  attempt: number;
+  detail: Record<string, unknown> | null;
+};
+
+/** The copy's events with the recipient's pauses and resumes among them, by time (stable). */
+function withPauses(events: TimedEvent[], pauses: readonly PauseEvent[]): TimedEvent[] {
+  if (pauses.length === 0) return events;
+  const out = [...events];
+  for (const p of pauses) {
+    const at = out.findIndex((e) => e.at > p.at);
+    const e = { at: p.at, event: p.event, attempt: 0, detail: { by: p.by } };
+    if (at < 0) out.push(e);
+    else out.splice(at, 0, e);
+  }
+  return out;
 }
 
 function parse(detail: string | null): Record<string, unknown> | null {

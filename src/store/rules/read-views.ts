@@ -57,18 +57,38 @@ export function deadLetterView(r: DeadRow, intact: (r: BodyRow) => boolean): str
   );
 }
 
-/** An agent's state: its last heartbeat (ms, null: never) and its queue's depths. */
+/** What an operator sees of an agent beside its heartbeat and depths (GET /v1/agents). */
+export interface AgentCounts {
+  readonly lastPoll: number | null;
+  readonly pending: number;
+  readonly critical_pending: number;
+  readonly leased: number;
+  readonly dead_letters: number;
+  readonly paused: { readonly since: number; readonly by: string } | null;
+}
+
+/** An agent's state: its last heartbeat (ms, null: never), its queue's depths and counts. */
 export function agentState(
   id: string,
   lastSeen: number | null | undefined,
   depth: { all: number; critical: number },
+  c: AgentCounts,
 ): AgentState {
+  const iso = (t: number | null | undefined) =>
+    t === undefined || t === null ? null : new Date(Number(t)).toISOString();
   return {
     id,
-    last_seen:
-      lastSeen === undefined || lastSeen === null ? null : new Date(lastSeen).toISOString(),
+    last_seen: iso(lastSeen),
+    last_poll: iso(c.lastPoll),
     queue_depth: depth.all,
     critical_depth: depth.critical,
+    pending: Number(c.pending),
+    critical_pending: Number(c.critical_pending),
+    leased: Number(c.leased),
+    dead_letters: Number(c.dead_letters),
+    paused: c.paused !== null,
+    paused_since: iso(c.paused?.since),
+    paused_by: c.paused?.by ?? null,
   };
 }
 

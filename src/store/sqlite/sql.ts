@@ -206,6 +206,65 @@ export const MIGRATIONS: readonly string[] = [
     last_poll INTEGER NOT NULL -- ms since the epoch
   ) WITHOUT ROWID;
   `,
+  // 9: operators (docs/design/operators.md). Pauses and resumes of an agent's deliveries (the
+  // last row of an agent says whether it is paused); bulk redrives with their cursor and counts;
+  // the audit log, a hash chain; full-text search over each message's payload text and kind
+  // (contentless FTS5, filled and emptied by triggers with the message rows); the open dead
+  // letters (not replayed) by recipient and in message order, for counts, filters and redrives.
+  `
+  CREATE TABLE IF NOT EXISTS agent_pauses (
+    id    INTEGER PRIMARY KEY,
+    agent TEXT    NOT NULL,
+    at    INTEGER NOT NULL, -- ms since the epoch
+    event TEXT    NOT NULL, -- paused, resumed
+    by    TEXT    NOT NULL
+  );
+  CREATE INDEX IF NOT EXISTS agent_pauses_by_agent ON agent_pauses (agent, id);
+  CREATE TABLE IF NOT EXISTS redrives (
+    id             TEXT    PRIMARY KEY,
+    created_at     INTEGER NOT NULL,
+    by             TEXT    NOT NULL,
+    selection      TEXT    NOT NULL, -- JSON: {"ids": [...]} or {"filter": {...}}
+    max_dead       INTEGER NOT NULL, -- the highest dead letter id when it was made
+    rate           INTEGER NOT NULL,
+    total          INTEGER NOT NULL,
+    done           INTEGER NOT NULL DEFAULT 0,
+    skipped        INTEGER NOT NULL DEFAULT 0,
+    state          TEXT    NOT NULL DEFAULT 'running',
+    cursor_message INTEGER NOT NULL DEFAULT 0,
+    cursor_dead    INTEGER NOT NULL DEFAULT 0
+  ) WITHOUT ROWID;
+  CREATE TABLE IF NOT EXISTS audit_log (
+    seq       INTEGER PRIMARY KEY,
+    at        INTEGER NOT NULL,
+    actor     TEXT    NOT NULL,
+    action    TEXT    NOT NULL,
+    target    TEXT    NOT NULL,
+    detail    TEXT    NOT NULL,
+    prev_hash TEXT    NOT NULL,
+    hash      TEXT    NOT NULL
+  );
+  CREATE INDEX IF NOT EXISTS dead_letters_open_by_recipient ON dead_letters (recipient)
+    WHERE replay_delivery IS NULL;
+  CREATE INDEX IF NOT EXISTS dead_letters_open_by_message ON dead_letters (message, id)
+    WHERE replay_delivery IS NULL;
+  CREATE VIRTUAL TABLE IF NOT EXISTS message_text USING fts5 (
+    body, kind, content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
+  );
+  INSERT INTO message_text (rowid, body, kind)
+    SELECT id, (SELECT group_concat(value, ' ') FROM json_tree(body, '$.payload') WHERE type = 'text'),
+           kind
+    FROM messages;
+  CREATE TRIGGER IF NOT EXISTS message_text_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO message_text (rowid, body, kind) VALUES (
+      new.id,
+      (SELECT group_concat(value, ' ') FROM json_tree(new.body, '$.payload') WHERE type = 'text'),
+      new.kind);
+  END;
+  CREATE TRIGGER IF NOT EXISTS message_text_delete AFTER DELETE ON messages BEGIN
+    DELETE FROM message_text WHERE rowid = old.id;
+  END;
+  `,
 ];
 
 export const SQL = {
@@ -315,16 +374,45 @@ export const SQL = {
   insertDeadLetter: `
     INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at, note)
     VALUES (?, ?, ?, ?, ?, ?, ?)`,
-  deadLetters: `
-    SELECT dl.id, dl.reason, dl.note, dl.attempts, dl.recipient, dl.created_at, dl.replay_delivery,
-           m.id AS message, m.body, m.checksum
-    FROM dead_letters dl JOIN messages m ON m.id = dl.message
-    WHERE dl.id > ? ORDER BY dl.id LIMIT ?`,
   deadLetter: `
     SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
            m.channel
     FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = ?`,
   markReplayed: 'UPDATE dead_letters SET replay_delivery = ? WHERE id = ?',
+
+  // operators (docs/design/operators.md)
+  insertPause: 'INSERT INTO agent_pauses (agent, at, event, by) VALUES (?, ?, ?, ?)',
+  // each agent's last pause row, when it is a pause: the agents paused now
+  pausedNow: `
+    SELECT p.agent, p.at, p.by FROM agent_pauses p
+    WHERE p.id = (SELECT max(id) FROM agent_pauses q WHERE q.agent = p.agent) AND p.event = 'paused'`,
+  pausesSince: `
+    SELECT agent, at, event, by FROM agent_pauses WHERE at >= ? ORDER BY id`,
+  agentCounts: `
+    SELECT count(*) FILTER (WHERE state = 0) AS pending,
+           count(*) FILTER (WHERE state = 0 AND priority = 1) AS critical_pending,
+           count(*) FILTER (WHERE state = 1) AS leased
+    FROM deliveries WHERE recipient = ? AND state IN (0, 1)`,
+  openDeadLetters: `
+    SELECT count(*) FROM dead_letters WHERE recipient = ? AND replay_delivery IS NULL`,
+  lastPolls: 'SELECT agent, last_poll FROM agent_polls',
+  lastSequences: 'SELECT name, last_seq FROM channels',
+  maxDeadLetter: 'SELECT coalesce(max(id), 0) FROM dead_letters',
+  insertRedrive: `
+    INSERT INTO redrives (id, created_at, by, selection, max_dead, rate, total)
+    VALUES (?, ?, ?, ?, ?, ?, ?)`,
+  redrive: 'SELECT * FROM redrives WHERE id = ?',
+  runningRedrives: "SELECT id FROM redrives WHERE state = 'running' ORDER BY created_at",
+  redriveProgress: `
+    UPDATE redrives SET done = ?, skipped = ?, state = ?, cursor_message = ?, cursor_dead = ?
+    WHERE id = ?`,
+  lastAudit: 'SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1',
+  insertAudit: `
+    INSERT INTO audit_log (seq, at, actor, action, target, detail, prev_hash, hash)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+  audit: `
+    SELECT seq, at, actor, action, target, detail, prev_hash, hash FROM audit_log
+    WHERE seq > ? ORDER BY seq LIMIT ?`,
   touchAgent: `
     INSERT INTO agents (id, last_seen) VALUES (?, ?)
     ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`,

@@ -16,6 +16,7 @@ import {
   DeliveryState,
   type DeliveryStats,
   type OpResults,
+  type RedriveDetail,
 } from '../store.js';
 import { SQL } from './sql.js';
 import type { Alerts } from './sqlite-alerts.js';
@@ -35,7 +36,7 @@ interface NewCopy {
   readonly channel: string;
   readonly priority: number;
   readonly now: number;
-  readonly redrivenFrom: number | undefined;
+  readonly redrivenFrom: RedriveDetail | undefined;
 }
 
 export class Deliveries {
@@ -106,7 +107,7 @@ export class Deliveries {
    * letters; if no such sender has one, a normal delivery is dead-lettered at once (queue_full)
    * and a critical one is taken above the bound with an overrun alert. Nothing leaves without a
    * dead-letter row. `sender` undefined: an operator's replay of a dead letter, `redrivenFrom`
-   * the dead letter's id.
+   * the dead letter's id and who replayed it (the `redriven` event's detail).
    */
   enqueue(
     message: number,
@@ -117,7 +118,7 @@ export class Deliveries {
     now: number,
     sender: string | undefined,
     quiet = false,
-    redrivenFrom?: number,
+    redrivenFrom?: RedriveDetail,
   ): number {
     const copy = { message, recipient, channel, priority, now, redrivenFrom };
     const depth = this.depth(recipient);
@@ -297,7 +298,7 @@ export class Deliveries {
     const { id } = this.#s.insert.get(c.message, c.recipient, c.channel, c.priority, state, c.now)!;
     if (c.redrivenFrom !== undefined) {
       const r = { id, message: c.message, recipient: c.recipient, attempt: 0 };
-      this.#event(r, 'redriven', c.now, { dead_letter: c.redrivenFrom });
+      this.#event(r, 'redriven', c.now, { ...c.redrivenFrom });
     }
     return id;
   }

@@ -39,6 +39,7 @@ import { type ThreadRow, withThreadFields } from '../rules/thread-rows.js';
 import {
   type AgentState,
   type AppendOutcome,
+  type AuditEntry,
   type Committed,
   DEFAULT_BUDGETS,
   DEFAULT_STORAGE,
@@ -46,11 +47,15 @@ import {
   type DeliveryJson,
   type DeliveryState,
   type DeliveryStats,
+  type DeadLetterFilter,
   type ForeignEffects,
   type JourneyRows,
   type MessageDraft,
+  type MessageQuery,
   type MessageStatus,
   type OpResults,
+  type RedriveDetail,
+  type RedriveState,
   type Settled,
   StorageFailure,
   type StorageLimits,
@@ -65,6 +70,7 @@ import { MIGRATIONS, SQL } from './sql.js';
 import { Alerts } from './sqlite-alerts.js';
 import { Deliveries } from './sqlite-deliveries.js';
 import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
+import { Operators } from './sqlite-operators.js';
 import { Threads } from './sqlite-threads.js';
 import { StorageBudget } from './storage-budget.js';
 
@@ -75,6 +81,12 @@ const WRITES_MESSAGES: ReadonlySet<StoreOp['op']> = new Set([
   'append',
   'replay_dead_letter',
   'alert',
+  'redrive_step',
+  // an operator's acts: rare, and answered as done, so made durable as a message is
+  'pause',
+  'resume',
+  'redrive_create',
+  'audit',
 ]);
 
 export interface SqliteStoreOptions {
@@ -101,6 +113,7 @@ export class SqliteStore implements Store {
   readonly #alerts: Alerts;
   readonly #deliveries: Deliveries;
   readonly #threads: Threads;
+  readonly #ops: Operators;
   readonly #budget: StorageBudget;
   readonly #s;
   readonly #tx: (ops: readonly StoreOp[]) => Settled[];
@@ -127,6 +140,7 @@ export class SqliteStore implements Store {
     const budgets = { ...DEFAULT_BUDGETS, ...opts.budgets };
     this.#threads = new Threads(this.#db, budgets, this.#alertsTo, this.#alerts);
     this.#budget = new StorageBudget(this.#db, file, { ...DEFAULT_STORAGE, ...opts.storage });
+    this.#ops = new Operators(this.#db);
     const p = <T = unknown>(sql: string) => this.#db.prepare<unknown[], T>(sql);
     this.#s = {
       nextSeq: p<number>(SQL.nextSeq).pluck(),
@@ -151,7 +165,6 @@ export class SqliteStore implements Store {
       openDeliveries: p<number>(SQL.openDeliveries).pluck(),
       agents: p<{ id: string; last_seen: number | null }>(SQL.agents),
       oldestPendingAt: p<number>(SQL.oldestPendingAt).pluck(),
-      deadLetters: p<DeadRow>(SQL.deadLetters),
       messageById: p<BodyRow & { sender: string }>(SQL.messageById),
       recipients: p<RecipientRow>(SQL.recipients),
       deadLetter: p<DeadLetterRow>(SQL.deadLetter),
@@ -187,6 +200,7 @@ export class SqliteStore implements Store {
       // that fell due never happened.
       this.#deliveries.reloadDepths();
       this.#budget.reload();
+      this.#ops.reload();
       Object.assign(this.stats, counted);
       this.#alerts.forget();
       this.#fx.clear();
@@ -249,7 +263,25 @@ export class SqliteStore implements Store {
         this.#alerts.flushDue(op.now);
         return undefined;
       case 'replay_dead_letter':
-        return this.#replayDeadLetter(op.id, op.now);
+        return this.#replayDeadLetter(op.id, op.now, { dead_letter: op.id, by: op.by });
+      case 'pause':
+      case 'resume': {
+        const answer = this.#ops.setPaused(op.agent, op.op === 'pause', op.by, op.now);
+        if (op.op === 'resume' && answer.changed) this.#fx.woken.add(op.agent);
+        return answer;
+      }
+      case 'redrive_create':
+        return this.#ops.createRedrive(op.by, op.selection, op.rate, op.now);
+      case 'redrive_step':
+        return this.#ops.stepRedrive(
+          op.id,
+          op.max,
+          (dl, by) =>
+            this.#replayDeadLetter(dl, op.now, { dead_letter: dl, by, redrive: op.id })
+              ?.replayed === true,
+        );
+      case 'audit':
+        return this.#ops.appendAudit(op.entry);
       case 'alert':
         this.#alerts.raise(op.recipient, op.reason, op.messageId, 0, op.now, op.count);
         return undefined;
@@ -319,6 +351,8 @@ export class SqliteStore implements Store {
   #lease(agent: string, max: number, now: number, maxBytes = Infinity): DeliveryJson[] {
     this.#reportFinds(now);
     this.#polled(agent, now);
+    // paused by an operator: the poll waits out its `wait`; what it holds runs its course
+    if (this.#ops.paused(agent) !== undefined) return [];
     for (;;) {
       const ready = this.#deliveries.ready(agent, max, now);
       if (ready.length === 0) return [];
@@ -383,7 +417,11 @@ export class SqliteStore implements Store {
     this.#s.touchPoll.run(agent, now);
   }
 
-  #replayDeadLetter(id: number, now: number): OpResults['replay_dead_letter'] {
+  #replayDeadLetter(
+    id: number,
+    now: number,
+    detail: RedriveDetail,
+  ): OpResults['replay_dead_letter'] {
     const dl = this.#s.deadLetter.get(id);
     if (dl === undefined) return undefined;
     if (dl.replay_delivery !== null) return { delivery_id: dl.replay_delivery, replayed: false };
@@ -396,7 +434,7 @@ export class SqliteStore implements Store {
       now,
       undefined,
       false,
-      id,
+      detail,
     );
     this.#s.markReplayed.run(delivery, id);
     this.#holdsMessage = true;
@@ -467,6 +505,11 @@ export class SqliteStore implements Store {
     return threadPage(messages, ids);
   }
 
+  /** The rows that pass their checksum; one that fails is skipped (and remembered). */
+  *#intactRows<R extends BodyRow>(rows: Iterable<R>): Generator<R> {
+    for (const r of rows) if (this.#intact(r, true)) yield r;
+  }
+
   /** Up to `limit` messages of a thread that pass their checksum; one that fails is skipped. */
   *#intactThread(threadId: string, after: number, limit: number): Generator<ThreadRow> {
     if (limit <= 0) return;
@@ -524,21 +567,68 @@ export class SqliteStore implements Store {
     const at = uuidv7Time(messageId);
     const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
     if (m === undefined) return undefined;
-    return journeyRows(at!, this.#s.journeyCopies.all(m.id), this.#s.journeyEvents.all(m.id), {
-      head: (recipient, channel) => this.#s.laneHead.get(recipient, channel),
-      lastLeased: (message, delivery) => this.#s.lastLeased.get(message, delivery) ?? null,
-      waiting: (recipient) => this.#s.openDeliveries.get(recipient) ?? 0,
-    });
+    const rows = journeyRows(
+      at!,
+      this.#s.journeyCopies.all(m.id),
+      this.#s.journeyEvents.all(m.id),
+      {
+        head: (recipient, channel) => this.#s.laneHead.get(recipient, channel),
+        lastLeased: (message, delivery) => this.#s.lastLeased.get(message, delivery) ?? null,
+        waiting: (recipient) => this.#s.openDeliveries.get(recipient) ?? 0,
+      },
+    );
+    return { ...rows, pauses: this.#ops.pausesSince(at!), pausedNow: this.#ops.pausedNow() };
   }
 
-  async deadLetters(after: number, limit: number, maxBytes = Infinity): Promise<string[]> {
-    const rows = this.#s.deadLetters.iterate(after, limit);
+  async deadLetters(
+    after: number,
+    limit: number,
+    maxBytes = Infinity,
+    filter: DeadLetterFilter = {},
+  ): Promise<string[]> {
+    const rows = this.#ops.deadLetterRows(filter, after, limit) as Iterable<DeadRow>;
     return fitting(rows, (r) => deadLetterView(r, (b) => this.#intact(b, true)), maxBytes);
+  }
+
+  async searchMessages(query: MessageQuery, maxBytes = Infinity): Promise<ThreadPage> {
+    const ids: number[] = [];
+    const messages = fitting(
+      this.#intactRows(this.#ops.searchRows(query)),
+      (r) => {
+        ids.push(r.id);
+        return withThreadFields(r.body);
+      },
+      maxBytes,
+    );
+    return threadPage(messages, ids);
+  }
+
+  async redrive(id: string): Promise<RedriveState | undefined> {
+    return this.#ops.redrive(id);
+  }
+
+  async runningRedrives(): Promise<string[]> {
+    return this.#ops.runningRedrives();
+  }
+
+  async lastSequences(): Promise<Record<string, number>> {
+    return this.#ops.lastSequences();
+  }
+
+  async audit(after: number, limit: number): Promise<AuditEntry[]> {
+    return this.#ops.audit(after, limit);
   }
 
   async agents(ids: Iterable<string>): Promise<AgentState[]> {
     const seen = new Map(this.#s.agents.all().map((r) => [r.id, r.last_seen]));
-    return [...ids].map((id) => agentState(id, seen.get(id), this.#deliveries.depth(id)));
+    const polls = this.#ops.lastPolls();
+    return [...ids].map((id) =>
+      agentState(id, seen.get(id), this.#deliveries.depth(id), {
+        lastPoll: polls.get(id) ?? null,
+        ...this.#ops.counts(id),
+        paused: this.#ops.paused(id) ?? null,
+      }),
+    );
   }
 
   async depth(agent: string): Promise<{ all: number; critical: number }> {
