@@ -19,6 +19,7 @@ import {
   type AgentState,
   type CommitEffects,
   DEFAULT_DELIVERY,
+  type DeadLetterFilter,
   type DeliveryJson,
   type OpResults,
   type Store,
@@ -54,6 +55,15 @@ export interface DeliveryOptions {
     /** AGW_STALL_S in ms. Default 120,000. */
     readonly stallMs?: number;
   };
+}
+
+/**
+ * Who asks about a message: an agent's id or `operator:<id>`, and whether it oversees every
+ * message (alerts_to, an operator).
+ */
+export interface Viewer {
+  readonly agent: string;
+  readonly overseer: boolean;
 }
 
 export class DeliveryService {
@@ -186,11 +196,11 @@ export class DeliveryService {
     return { leases };
   }
 
-  /** For its sender and the alerts_to agent: the message and each recipient's state. */
-  async messageStatus(agent: string, messageId: string, alertsTo: string): Promise<string> {
+  /** For its sender, the alerts_to agent and operators: the message and each recipient's state. */
+  async messageStatus(viewer: Viewer, messageId: string, alertsTo: string): Promise<string> {
     const s = await this.#store.messageStatus(messageId);
     if (s === undefined) throw new GatewayError('unknown_message', `no message ${messageId}`);
-    if (agent !== s.sender && agent !== alertsTo) {
+    if (viewer.agent !== s.sender && !viewer.overseer) {
       throw new GatewayError(
         'not_your_message',
         `only the sender of ${messageId} (or ${alertsTo}, alerts_to) may ask what became of it`,
@@ -203,7 +213,8 @@ export class DeliveryService {
    * A message's journey (docs/reference/adapter-api.md): every recipient's for its sender and
    * alerts_to, a recipient's own copy for a recipient; 403 for anyone else.
    */
-  async journey(agent: string, id: string, alertsTo: string): Promise<string> {
+  async journey(viewer: Viewer, id: string, alertsTo: string): Promise<string> {
+    const { agent } = viewer;
     // a message_id, or else the idempotency key of one of the caller's own sends
     const byId = await this.#store.messageStatus(id);
     const messageId = byId !== undefined ? id : ((await this.#store.messageIdOf(agent, id)) ?? id);
@@ -214,7 +225,7 @@ export class DeliveryService {
     if (s === undefined || rows === undefined) {
       throw new GatewayError('not_found', `no message ${messageId}`);
     }
-    const all = agent === s.sender || agent === alertsTo;
+    const all = agent === s.sender || viewer.overseer;
     if (!all && !rows.copies.some((c) => c.recipient === agent)) {
       throw new GatewayError(
         'not_your_message',
@@ -238,12 +249,17 @@ export class DeliveryService {
     return this.#store.agents(ids);
   }
 
-  deadLetters(after: number, limit: number, maxBytes?: number): Promise<string[]> {
-    return this.#store.deadLetters(after, limit, maxBytes);
+  deadLetters(
+    after: number,
+    limit: number,
+    maxBytes?: number,
+    filter?: DeadLetterFilter,
+  ): Promise<string[]> {
+    return this.#store.deadLetters(after, limit, maxBytes, filter);
   }
 
-  replayDeadLetter(id: number): Promise<OpResults['replay_dead_letter']> {
-    return this.#commits.run({ op: 'replay_dead_letter', id, now: this.#now() });
+  replayDeadLetter(id: number, by: string): Promise<OpResults['replay_dead_letter']> {
+    return this.#commits.run({ op: 'replay_dead_letter', id, now: this.#now(), by });
   }
 
   /** Parked polls wake and the timer re-arms; the alerts' CRIT entries are events.ts's. */

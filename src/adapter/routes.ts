@@ -5,6 +5,7 @@
  * through the delivery service.
  */
 import type { ServerResponse } from 'node:http';
+import { CONSOLE_HTML, type ConsoleAsset, consoleAsset } from '../console/page.js';
 import { parseDeliveryIds, parseLeaseExtension, parseNack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
 import { intParam } from '../protocol/http.js';
@@ -21,17 +22,38 @@ import {
 import { type Route, route } from '../protocol/router.js';
 import { VERSION } from '../protocol/version.js';
 import { deadLetterIdOf } from '../protocol/wire.js';
+import { assertRedriveId } from '../store/rules/operators.js';
 import type { DeliveryService } from './delivery.js';
 import { postBatch, postMessage, readChannel, type WriteContext } from './messages.js';
 import type { AdapterMetrics } from './metrics.js';
+import {
+  deadLetterFilter,
+  type OperatorActs,
+  parseRedrive,
+  REDRIVE_BODY_LIMIT,
+  textParams,
+} from './operators.js';
 import { AgentSlots, pageParts, type ResponseBudget } from './response-budget.js';
 import { adapterOpenApiDocument } from './route-docs.js';
 import type { Topology } from './topology.js';
 
-export type Who = 'public' | 'agent' | 'alerts_to';
-/** The authenticated agent ('' on public routes). */
+/**
+ * Who may call a route (server.ts's guard decides from the bearer token):
+ * - `public`: anyone (probes, metrics, the console's page);
+ * - `agent`: an agent (an operator gets 403 `not_an_agent`: it has no inbox);
+ * - `sender`: an agent, or an operator, whose messages have the sender `operator:<id>`;
+ * - `reader`: an agent, or an operator, who oversees every message (its status, its journey);
+ * - `overseer`: the alerts_to agent or an operator (dead letters, replay, threads, agents);
+ * - `operator`: an operator alone (pause, resume, search, redrive, audit).
+ */
+export type Who = 'public' | 'agent' | 'sender' | 'reader' | 'overseer' | 'operator';
+/** Who called: `agent` is the agent's id or `operator:<id>` ('' on public routes). */
 export interface Caller {
   readonly agent: string;
+  /** The alerts_to agent or an operator: sees every message. */
+  readonly overseer: boolean;
+  /** An operator's `operator:<id>`; undefined for an agent. */
+  readonly operator: string | undefined;
 }
 
 export interface RouteDeps {
@@ -49,6 +71,10 @@ export interface RouteDeps {
   readonly maxReadsPerAgent: number;
   /** The answers in flight, and how a page is written out (response-budget.ts). */
   readonly responses: ResponseBudget;
+  /** Operators' acts: pause, resume, redrive, and the audit entries of the others. */
+  readonly acts: OperatorActs;
+  /** AGW_CONSOLE: the console's page and files are served (else 404). */
+  readonly console: boolean;
   /** 200 when ready; throws not_ready with the reason otherwise. */
   readonly health: () => Promise<void>;
 }
@@ -138,6 +164,20 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       polls.leave(agent);
     }
   };
+  const pauseRoute = async (ctx: Caller, agent: string, resume: boolean) => {
+    if (!topology.agents.has(agent))
+      throw new GatewayError('unknown_agent', `no agent "${agent.slice(0, 64)}" in the topology`);
+    const a = await d.acts.pause(agent, ctx.agent, resume);
+    return {
+      body: {
+        agent,
+        paused: a.paused !== null,
+        since: a.paused === null ? null : new Date(a.paused.since).toISOString(),
+        by: a.paused?.by ?? null,
+        changed: a.changed,
+      },
+    };
+  };
   return [
     route({
       method: 'GET',
@@ -170,21 +210,50 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       handler: () => ({ body: adapterOpenApiDocument(VERSION) }),
     }),
     route({
+      method: 'GET',
+      path: '/console',
+      who: 'public',
+      handler: ({ res }) => {
+        if (!d.console) throw new GatewayError('not_found', 'the console is off (AGW_CONSOLE=off)');
+        return consoleAnswer(res, { body: CONSOLE_HTML, contentType: 'text/html; charset=utf-8' });
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/console/:file',
+      who: 'public',
+      handler: ({ res, params }) => {
+        const asset = d.console ? consoleAsset(params.file!) : undefined;
+        if (asset === undefined)
+          throw new GatewayError('not_found', `no console file "${params.file!.slice(0, 64)}"`);
+        return consoleAnswer(res, asset);
+      },
+    }),
+    route({
       method: 'POST',
       path: '/v1/messages',
-      who: 'agent',
+      who: 'sender',
       body: { limit: maxBytes, parse: raw },
       handler: async ({ ctx, body }) => {
         const { status, ack } = await metrics.counted(postMessage(write, ctx.agent, body), (r) =>
           r.ack.duplicate ? 'duplicate' : 'created',
         );
+        if (ctx.operator !== undefined && !ack.duplicate) {
+          await d.acts.record({
+            at: write.now(),
+            actor: ctx.operator,
+            action: 'message',
+            target: ack.message_id,
+            detail: { channel: ack.channel, thread_id: ack.thread_id ?? null },
+          });
+        }
         return { status, body: ack };
       },
     }),
     route({
       method: 'POST',
       path: '/v1/messages/batch',
-      who: 'agent',
+      who: 'sender',
       // Each item is held to the single-message limit; the whole body to a batch of them.
       body: { limit: maxBytes * MAX_BATCH, parse: raw },
       handler: async ({ ctx, body }) => {
@@ -246,23 +315,23 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
     route({
       method: 'GET',
       path: '/v1/messages/:message_id',
-      who: 'agent',
+      who: 'reader',
       handler: async ({ ctx, params }) => ({
-        body: await delivery.messageStatus(ctx.agent, params.message_id!, topology.alertsTo),
+        body: await delivery.messageStatus(ctx, params.message_id!, topology.alertsTo),
       }),
     }),
     route({
       method: 'GET',
       path: '/v1/messages/:message_id/journey',
-      who: 'agent',
+      who: 'reader',
       handler: async ({ ctx, params }) => ({
-        body: await delivery.journey(ctx.agent, params.message_id!, topology.alertsTo),
+        body: await delivery.journey(ctx, params.message_id!, topology.alertsTo),
       }),
     }),
     route({
       method: 'GET',
       path: '/v1/threads/:thread_id/messages',
-      who: 'alerts_to',
+      who: 'overseer',
       // The operator's view of a conversation: every channel's messages of the thread in commit
       // order. next_after is the store's cursor (opaque to readers: pass it back as `after`),
       // null once a page is empty, as for replay.
@@ -301,24 +370,72 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
     route({
       method: 'GET',
       path: '/v1/agents',
-      who: 'alerts_to',
+      who: 'overseer',
       handler: async () => {
+        const stalled = delivery.stalls?.stalled ?? new Set<string>();
         const agents = (await delivery.agents(topology.agents.keys())).map((a) => ({
-          ...a,
+          id: a.id,
           role: topology.agents.get(a.id)?.role ?? null,
+          last_poll: a.last_poll,
+          pending: a.pending,
+          critical_pending: a.critical_pending,
+          leased: a.leased,
+          dead_letters: a.dead_letters,
+          stalled: stalled.has(a.id),
+          paused: a.paused,
+          paused_since: a.paused_since,
+          paused_by: a.paused_by,
+          last_seen: a.last_seen,
+          queue_depth: a.queue_depth,
+          critical_depth: a.critical_depth,
         }));
         return { body: { agents } };
       },
     }),
     route({
       method: 'GET',
+      path: '/v1/channels',
+      who: 'overseer',
+      handler: async () => {
+        const last = await write.store.lastSequences();
+        const channels = [...topology.channels.values()].map((c) => ({
+          name: c.name,
+          members: [...c.members],
+          last_sequence: last[c.name] ?? 0,
+        }));
+        return { body: { channels } };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/messages',
+      who: 'operator',
+      // search, newest first; next_after is the store's cursor (opaque: pass it back as `after`)
+      handler: ({ ctx, query, res }) =>
+        paged(ctx.agent, res, async () => {
+          const page = await write.store.searchMessages(
+            {
+              ...textParams(query, ['q', 'channel', 'sender', 'kind']),
+              after: afterParam(query),
+              limit: limitParam(query),
+            },
+            pageBudget(maxPageBytes),
+          );
+          return pageParts('{"messages":[', page.messages, `],"next_after":${page.nextAfter}}`);
+        }),
+    }),
+    route({
+      method: 'GET',
       path: '/v1/dead-letters',
-      who: 'alerts_to',
+      who: 'overseer',
       handler: ({ ctx, query, res }) =>
         paged(ctx.agent, res, async () => {
           const limit = limitParam(query);
           const after = afterParam(query);
-          const rows = await delivery.deadLetters(after, limit, pageBudget(maxPageBytes));
+          const filter = deadLetterFilter(
+            textParams(query, ['reason', 'recipient', 'channel', 'q']),
+          );
+          const rows = await delivery.deadLetters(after, limit, pageBudget(maxPageBytes), filter);
           // as for replay: the `after` of the next page, null once a page is empty
           const next = rows.length === 0 ? null : deadLetterIdOf(rows[rows.length - 1]!);
           return pageParts('{"dead_letters":[', rows, `],"next_after":${next}}`);
@@ -327,17 +444,85 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
     route({
       method: 'POST',
       path: '/v1/dead-letters/:id/replay',
-      who: 'alerts_to',
-      handler: async ({ params }) => {
+      who: 'overseer',
+      handler: async ({ ctx, params }) => {
         const id = Number(params.id);
         if (!/^\d+$/.test(params.id!))
           throw new GatewayError('not_found', `no endpoint for dead letter "${params.id}"`);
-        const r = await delivery.replayDeadLetter(id);
+        const r = await delivery.replayDeadLetter(id, ctx.agent);
         if (r === undefined) throw new GatewayError('unknown_dead_letter', `no dead letter ${id}`);
+        if (r.replayed) {
+          await d.acts.record({
+            at: write.now(),
+            actor: ctx.agent,
+            action: 'replay',
+            target: `dead_letter:${id}`,
+            detail: { delivery_id: r.delivery_id },
+          });
+        }
         return { status: r.replayed ? 201 : 200, body: r };
       },
     }),
+    route({
+      method: 'POST',
+      path: '/v1/dead-letters/redrive',
+      who: 'operator',
+      body: { limit: REDRIVE_BODY_LIMIT, parse: parseRedrive },
+      handler: async ({ ctx, body }) => {
+        const made = await d.acts.redrive(ctx.agent, body.selection, body.rate);
+        return { status: 202, body: made };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/redrives/:id',
+      who: 'operator',
+      handler: async ({ params }) => {
+        assertRedriveId(params.id!);
+        return { body: await d.acts.progress(params.id!) };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/agents/:id/pause',
+      who: 'operator',
+      handler: ({ ctx, params }) => pauseRoute(ctx, params.id!, false),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/agents/:id/resume',
+      who: 'operator',
+      handler: ({ ctx, params }) => pauseRoute(ctx, params.id!, true),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/audit',
+      who: 'operator',
+      handler: async ({ query }) => {
+        const entries = await write.store.audit(afterParam(query), limitParam(query));
+        const next = entries.length === 0 ? null : entries[entries.length - 1]!.seq;
+        return { body: { entries, next_after: next } };
+      },
+    }),
   ];
+}
+
+/**
+ * The console's page and files: same-origin only (CSP), never framed, never cached stale, no
+ * cookie. The console's script talks to the JSON API with the bearer token it keeps in the tab.
+ */
+const CONSOLE_HEADERS = {
+  'content-security-policy':
+    "default-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'cache-control': 'no-cache',
+} as const;
+
+function consoleAnswer(res: ServerResponse, a: ConsoleAsset): undefined {
+  res.writeHead(200, { ...CONSOLE_HEADERS, 'content-type': a.contentType });
+  res.end(a.body);
+  return undefined;
 }
 
 /** An ack's answer as the opening members of a JSON object: `{"acked":[..],...`. */

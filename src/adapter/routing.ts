@@ -8,7 +8,7 @@
  * A direct message to oneself is delivered: it was addressed to that agent on purpose.
  */
 import { GatewayError } from '../protocol/errors.js';
-import type { Topology } from './topology.js';
+import { OPERATOR_PREFIX, type Topology } from './topology.js';
 
 export interface Route {
   readonly channel: string;
@@ -31,7 +31,8 @@ export function route(topology: Topology, sender: string, to: string): Route {
       field: 'to',
     });
   }
-  if (!channel.members.has(sender)) {
+  // an operator (`operator:<id>`) may write to any channel: every member receives it
+  if (!channel.members.has(sender) && !sender.startsWith(OPERATOR_PREFIX)) {
     throw new GatewayError('not_member', `${sender} is not a member of "${to}"`, { field: 'to' });
   }
   return { channel: to, recipients: [...channel.members].filter((m) => m !== sender) };

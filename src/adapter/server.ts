@@ -18,6 +18,7 @@ import { DeliveryService } from './delivery.js';
 import { AdapterEventMap, watch } from './events.js';
 import { GroupCommit } from './group-commit.js';
 import { AdapterMetrics } from './metrics.js';
+import { OperatorActs } from './operators.js';
 import { ResponseBudget } from './response-budget.js';
 import { Retention } from './retention.js';
 import { adapterRoutes, type Caller, type Who } from './routes.js';
@@ -25,7 +26,7 @@ import { allChannels } from './routing.js';
 import { SendRates } from './send-rate.js';
 import type { AdapterSettings } from './settings.js';
 import { StorageWatch } from './storage-health.js';
-import { agentForTokenHash, type Topology } from './topology.js';
+import { operatorName, type Principal, principalForTokenHash, type Topology } from './topology.js';
 
 export interface AdapterOptions {
   readonly settings: AdapterSettings;
@@ -114,6 +115,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     keepKinds: settings.retentionKeepKinds,
     keepDays: settings.retentionKeepDays,
   });
+  const acts = new OperatorActs({ store, commits, now, logger });
   const responses = new ResponseBudget(settings.maxResponseBytes, settings.writeTimeoutMs, events);
   let ready = false;
   let closing = false;
@@ -137,6 +139,8 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       maxPollsPerAgent: settings.maxPollsPerAgent,
       maxReadsPerAgent: settings.maxReadsPerAgent,
       responses,
+      acts,
+      console: settings.console === 'on',
       // 503 while starting or stopping, once quick_check failed, and while writes keep failing
       // on the storage. Not for a corrupt row (quarantined, the rest is served) nor a storage
       // bound reached (storage_full refuses new messages; everything else works).
@@ -164,19 +168,13 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     }),
   );
   const guard = (who: Who, req: IncomingMessage): Caller => {
-    if (who === 'public') return { agent: '' };
+    if (who === 'public') return { agent: '', overseer: false, operator: undefined };
     if (closing)
       throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
     if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
-    const agent = authenticate(topology, req);
+    const principal = authenticate(topology, req);
     connections.trust(req.socket);
-    if (who === 'alerts_to' && agent !== topology.alertsTo) {
-      throw new GatewayError(
-        'not_alerts_agent',
-        `only ${topology.alertsTo} (alerts_to) may do this`,
-      );
-    }
-    return { agent };
+    return callerFor(topology, principal, who);
   };
 
   // Within AGW_MAX_CONNECTIONS, what a peer that showed no token may hold (connection-limits.ts).
@@ -228,6 +226,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   const readyPromise = (async () => {
     // What fell due while the adapter was down (expired leases, pending alerts) goes first.
     await delivery.start();
+    await acts.start();
     retention.start();
     ready = true;
     await opts.notify?.ready();
@@ -243,6 +242,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     await http.close(SHUTDOWN_GRACE_MS, async () => {
       retention.stop();
       storage.stop();
+      acts.close();
       // Parked polls answer now (empty); whatever was taken commits and is answered.
       delivery.stop();
       await commits.flush();
@@ -288,14 +288,40 @@ function sendRates(settings: AdapterSettings, topology: Topology, now: () => num
   });
 }
 
-function authenticate(topology: Topology, req: IncomingMessage): string {
+function authenticate(topology: Topology, req: IncomingMessage): Principal {
   const header = req.headers.authorization;
   const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : '';
   if (token === '') {
     throw new GatewayError('unauthorized', 'an Authorization: Bearer <token> header is required');
   }
-  const agent = agentForTokenHash(topology, createHash('sha256').update(token).digest());
-  if (agent === undefined)
-    throw new GatewayError('unauthorized', 'the bearer token belongs to no agent');
-  return agent.id;
+  const who = principalForTokenHash(topology, createHash('sha256').update(token).digest());
+  if (who === undefined)
+    throw new GatewayError('unauthorized', 'the bearer token belongs to no agent or operator');
+  return who;
+}
+
+/** Whether `principal` may call a route for `who` (routes.ts, Who), and as whom. */
+export function callerFor(topology: Topology, principal: Principal, who: Who): Caller {
+  if (principal.kind === 'operator') {
+    const name = operatorName(principal.operator.id);
+    if (who === 'agent')
+      throw new GatewayError(
+        'not_an_agent',
+        `${name} is an operator: it has no inbox, leases or acks (an agent's token does)`,
+      );
+    return { agent: name, overseer: true, operator: name };
+  }
+  const agent = principal.agent.id;
+  const overseer = agent === topology.alertsTo;
+  if (who === 'operator')
+    throw new GatewayError(
+      'not_operator',
+      `only an operator (topology \`operators\`) may do this; ${agent} is an agent`,
+    );
+  if (who === 'overseer' && !overseer)
+    throw new GatewayError(
+      'not_alerts_agent',
+      `only ${topology.alertsTo} (alerts_to) or an operator may do this`,
+    );
+  return { agent, overseer, operator: undefined };
 }

@@ -31,6 +31,8 @@ export const ADAPTER_SETTINGS = {
   db: { env: 'AGW_DB', default: './data/adapter.db' },
   /** full (default) or normal: see SyncMode in store/sqlite/sqlite-store.ts for what normal risks. */
   sync: { env: 'AGW_SYNC', default: 'full' },
+  /** The operators' console at /console (docs/operators.md): on (default) or off (404). */
+  console: { env: 'AGW_CONSOLE', default: 'on' },
   /** Largest message (request body of POST /v1/messages), bytes. Default 262144 (256 KiB). */
   maxMessageBytes: { env: 'AGW_MAX_MESSAGE_BYTES', default: String(DEFAULT_MAX_MESSAGE_BYTES) },
   /** Per-agent bounded queue. Default 500. */
@@ -170,6 +172,7 @@ export const AdapterSettingsSchema = z
       .min(1, 'must not be empty'),
     db: z.string().min(1, 'must not be empty'),
     sync: z.enum(['full', 'normal'], { error: 'must be full or normal' }),
+    console: z.enum(['on', 'off'], { error: 'must be on or off' }),
     maxMessageBytes: intSetting(1024, 16 * 1024 * 1024),
     queueCapacity: intSetting(1, 1_000_000),
     criticalCapacity: intSetting(1, 1_000_000),

@@ -35,6 +35,17 @@ const TopologySchema = z.strictObject({
     .min(1, 'must list at least one agent'),
   channels: z.array(z.strictObject({ name, members: z.array(name).min(1) })).default([]),
   alerts_to: name,
+  /** People who run the deployment: the console and the operator endpoints. */
+  operators: z
+    .array(
+      z.strictObject({
+        id: name,
+        token_sha256: z
+          .string()
+          .regex(/^[0-9a-fA-F]{64}$/, 'must be the hex SHA-256 of the token (64 hex digits)'),
+      }),
+    )
+    .default([]),
 });
 
 export interface Agent {
@@ -51,10 +62,29 @@ export interface Channel {
   readonly members: ReadonlySet<string>;
 }
 
+/** A person who runs the deployment (topology `operators`); acts as `operator:<id>`. */
+export interface Operator {
+  readonly id: string;
+  readonly tokenHash: Buffer;
+}
+
 export interface Topology {
   readonly agents: ReadonlyMap<string, Agent>;
   readonly channels: ReadonlyMap<string, Channel>;
   readonly alertsTo: string;
+  readonly operators: ReadonlyMap<string, Operator>;
+}
+
+/** Who a bearer token belongs to: an agent, or an operator. */
+export type Principal =
+  | { readonly kind: 'agent'; readonly agent: Agent }
+  | { readonly kind: 'operator'; readonly operator: Operator };
+
+/** How an operator is named where an agent's id would be (a sender, an actor). */
+export const OPERATOR_PREFIX = 'operator:';
+
+export function operatorName(id: string): string {
+  return `${OPERATOR_PREFIX}${id}`;
 }
 
 /** A topology that cannot be used; `message` is the one line the adapter prints before exit 2. */
@@ -151,7 +181,17 @@ export function compileTopology(
   });
   if (!agents.has(parsed.data.alerts_to))
     fail(`alerts_to: unknown agent "${parsed.data.alerts_to}"`);
-  return { agents, channels, alertsTo: parsed.data.alerts_to };
+  const operators = new Map<string, Operator>();
+  parsed.data.operators.forEach((o, i) => {
+    if (operators.has(o.id)) fail(`operators.${i}.id: duplicate operator id "${o.id}"`);
+    const hash = o.token_sha256.toLowerCase();
+    const other = hashes.get(hash);
+    if (other !== undefined)
+      fail(`operators.${i}.token_sha256: operator "${o.id}" has the same token as "${other}"`);
+    hashes.set(hash, operatorName(o.id));
+    operators.set(o.id, { id: o.id, tokenHash: Buffer.from(hash, 'hex') });
+  });
+  return { agents, channels, alertsTo: parsed.data.alerts_to, operators };
 }
 
 /**
@@ -165,6 +205,23 @@ export function agentForTokenHash(topology: Topology, tokenHash: Buffer): Agent 
     if (timingSafeEqual(agent.tokenHash, tokenHash) && found === undefined) found = agent;
   }
   return found;
+}
+
+/**
+ * Whose token this SHA-256 is: an agent's or an operator's. Every hash is compared (as in
+ * agentForTokenHash), so the time taken tells nothing of which matched.
+ */
+export function principalForTokenHash(
+  topology: Topology,
+  tokenHash: Buffer,
+): Principal | undefined {
+  const agent = agentForTokenHash(topology, tokenHash);
+  let operator: Operator | undefined;
+  for (const o of topology.operators.values()) {
+    if (timingSafeEqual(o.tokenHash, tokenHash) && operator === undefined) operator = o;
+  }
+  if (agent !== undefined) return { kind: 'agent', agent };
+  return operator === undefined ? undefined : { kind: 'operator', operator };
 }
 
 function sha256Hex(text: string): string {

@@ -22,6 +22,8 @@ export const ERRORS = {
   /** Retired 2026-12-04: another agent's delivery is answered as an unknown one. */
   not_your_delivery: { status: 403, retryable: false },
   not_alerts_agent: { status: 403, retryable: false },
+  not_operator: { status: 403, retryable: false },
+  not_an_agent: { status: 403, retryable: false },
   not_your_message: { status: 403, retryable: false },
   bad_host: { status: 403, retryable: false },
   cross_origin: { status: 403, retryable: false },

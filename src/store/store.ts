@@ -334,13 +334,19 @@ export type StoreOp =
    * lease of it hands out nothing. `by` is who did it (`operator:<id>`). Durable; a repeat
    * changes nothing (`changed` false). A resume wakes the agent's polls (effects.woken).
    */
-  | { readonly op: 'pause' | 'resume'; readonly agent: string; readonly by: string; readonly now: number }
+  | {
+      readonly op: 'pause' | 'resume';
+      readonly agent: string;
+      readonly by: string;
+      readonly now: number;
+    }
   /**
    * A bulk redrive of dead letters: the selection (ids, or a filter), the dead letters existing
    * now (up to the highest id), and how many match (`total`). Nothing is replayed yet: steps do.
    */
   | {
       readonly op: 'redrive_create';
+      /** `rd_` and 16 to 32 hex digits, made by the caller (rules/operators.ts newRedriveId). */
       readonly id: string;
       readonly by: string;
       readonly selection: RedriveSelection;

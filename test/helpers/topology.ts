@@ -13,6 +13,9 @@ export const CHANNELS: Record<string, readonly AgentId[]> = {
   platform: ['orchestrator'],
 };
 
+/** The operators of the test topology; each acts as `operator:<id>` with token `token-operator:<id>`. */
+export const OPERATORS = ['alice'] as const;
+
 export function tokenOf(agent: string): string {
   return `token-${agent}`;
 }
@@ -31,6 +34,7 @@ export interface TopologyObject {
   }[];
   channels: { name: string; members: string[] }[];
   alerts_to: string;
+  operators?: { id: string; token_sha256: string }[];
 }
 
 export function topologyObject(): TopologyObject {
@@ -38,6 +42,7 @@ export function topologyObject(): TopologyObject {
     agents: AGENTS.map((id) => ({ id, role: id, token_sha256: sha256Hex(tokenOf(id)) })),
     channels: Object.entries(CHANNELS).map(([name, members]) => ({ name, members: [...members] })),
     alerts_to: 'orchestrator',
+    operators: OPERATORS.map((id) => ({ id, token_sha256: sha256Hex(tokenOf(`operator:${id}`)) })),
   };
 }
 

@@ -15,10 +15,16 @@ storeConformance('PostgreSQL store', async ({ delivery, storage, budgets }) => {
       throw err;
     },
   );
+  let current = store;
   return {
     store,
+    reopen: async () => {
+      await current.close();
+      current = await openPgStore(db.url, { sync: 'full', delivery, storage, budgets });
+      return current;
+    },
     cleanup: async () => {
-      await store.close();
+      await current.close();
       await db.drop();
     },
     // A direct UPDATE rewrites one byte of the stored body and leaves the checksum alone.

@@ -13,19 +13,21 @@ import { storeConformance } from './conformance/index.js';
 storeConformance('SQLite store', async ({ delivery, storage, budgets }) => {
   const dir = mkdtempSync(join(tmpdir(), 'agw-store-'));
   const file = join(dir, 'adapter.db');
-  const store = (await openStore(file, {
-    sync: 'full',
-    delivery,
-    storage,
-    budgets,
-  })) as SqliteStore;
+  const opts = { sync: 'full', delivery, storage, budgets } as const;
+  const store = (await openStore(file, opts)) as SqliteStore;
+  let current: SqliteStore = store;
   return {
     store,
+    reopen: async () => {
+      await current.close();
+      current = (await openStore(file, opts)) as SqliteStore;
+      return current;
+    },
     // SQLite's own page cap (PRAGMA max_page_count) at the pages the file has: writes that need
     // another page fail with SQLITE_FULL, as on a full disk
-    fillDisk: (full) => store.limitPages(full ? 1 : undefined),
-    cleanup: () => {
-      store.close();
+    fillDisk: (full) => current.limitPages(full ? 1 : undefined),
+    cleanup: async () => {
+      await current.close();
       rmSync(dir, { recursive: true, force: true });
     },
     // A second connection rewrites one byte of the stored body and leaves the checksum alone.

@@ -3,8 +3,9 @@
  * `#/messages?q=...`, `#/journey/ID`, ...) and the view each renders. Nothing is fetched but the
  * adapter's JSON API at this origin (api.ts); the page's HTML and styles are in page.ts.
  */
-import { api, clearToken, setToken, token } from './api.js';
+
 import { agentsView } from './agents.js';
+import { api, clearToken, setToken, token } from './api.js';
 import { auditView } from './audit.js';
 import { channelsView } from './channels.js';
 import { deadLettersView } from './dead-letters.js';
@@ -67,7 +68,10 @@ function navigate(hash: string): void {
 function render(): void {
   stop();
   clearAlert();
-  if (token() === null) return showSignIn();
+  if (token() === null) {
+    showSignIn();
+    return;
+  }
   signOut.hidden = false;
   const { name, arg, params } = parse(location.hash);
   const view = VIEWS[name];

@@ -43,7 +43,7 @@ export const deadLettersView: View = ({ root, params, signal, navigate }) => {
   channel.value = params.get('channel') ?? '';
   const form = el(
     'form',
-    { role: 'search', class: 'filters', 'aria-label': 'Search dead letters' },
+    { role: 'search', class: 'filters', 'aria-label': 'Filter dead letters' },
     field('Search', q),
     field('Reason', reason),
     field('Recipient', recipient),
@@ -107,7 +107,12 @@ export const deadLettersView: View = ({ root, params, signal, navigate }) => {
     },
   );
 
-  const progress = el('progress', { max: 1, value: 0, 'aria-label': 'Redrive progress', hidden: true });
+  const progress = el('progress', {
+    max: 1,
+    value: 0,
+    'aria-label': 'Redrive progress',
+    hidden: true,
+  });
   const progressText = el('span');
   const status = el('div', { role: 'status', class: 'status' }, progress, progressText);
   const selected = el('button', { type: 'button' }, 'Redrive selected');

@@ -74,15 +74,29 @@ export interface DataTable<T> {
 }
 
 /**
- * A table with a caption and `<th scope="col">` headers, in a wrapper that scrolls sideways on a
+ * A table with a caption (seen only with `showCaption`) and `<th scope="col">` headers, in a wrapper that scrolls sideways on a
  * narrow screen (a named region, focusable, so a keyboard can scroll it too).
  */
-export function dataTable<T>(label: string, columns: readonly Column<T>[]): DataTable<T> {
-  const head = el('tr', {}, ...columns.map((c) => el('th', { scope: 'col' }, c.header)));
+export function dataTable<T>(
+  label: string,
+  columns: readonly Column<T>[],
+  { showCaption = false }: { showCaption?: boolean } = {},
+): DataTable<T> {
+  const head = el(
+    'tr',
+    {},
+    ...columns.map((c) => el('th', { scope: 'col', class: c.className }, c.header)),
+  );
   const tbody = el('tbody');
-  const table = el('table', {}, el('caption', {}, label), el('thead', {}, head), tbody);
+  // the caption names the table for a screen reader; seen, it would repeat the view's heading
+  const caption = el('caption', { class: showCaption ? undefined : 'visually-hidden' }, label);
+  const table = el('table', {}, caption, el('thead', {}, head), tbody);
   const empty = el('p', { class: 'empty' }, 'Nothing to show.');
-  const wrap = el('div', { class: 'table-wrap', role: 'region', 'aria-label': label, tabindex: 0 }, table);
+  const wrap = el(
+    'div',
+    { class: 'table-wrap', role: 'region', 'aria-label': label, tabindex: 0 },
+    table,
+  );
   const element = el('div', { class: 'table-block' }, wrap, empty);
   const row = (r: T) =>
     el(

@@ -22,12 +22,16 @@ function threadLink(id: unknown): Node | string {
 
 function recipient(r: Json): HTMLElement {
   const behind = r.waiting_behind;
-  const events = dataTable<Json>(`Events of ${text(r.agent)}'s copy`, [
-    { header: 'At', cell: (e) => time(e.at) },
-    { header: 'Event', cell: (e) => text(e.event) },
-    { header: 'Attempt', cell: (e) => text(e.attempt), className: 'num' },
-    { header: 'Detail', cell: (e) => el('code', { class: 'payload' }, text(e.detail)) },
-  ]);
+  const events = dataTable<Json>(
+    `Events of ${text(r.agent)}'s copy`,
+    [
+      { header: 'At', cell: (e) => time(e.at) },
+      { header: 'Event', cell: (e) => text(e.event) },
+      { header: 'Attempt', cell: (e) => text(e.attempt), className: 'num' },
+      { header: 'Detail', cell: (e) => el('code', { class: 'payload' }, text(e.detail)) },
+    ],
+    { showCaption: true },
+  );
   events.append(Array.isArray(r.events) ? r.events : []);
   return el(
     'section',
@@ -53,7 +57,11 @@ function recipient(r: Json): HTMLElement {
               el(
                 'span',
                 {},
-                el('a', { href: `#/journey/${encodeURIComponent(String(behind.message_id))}` }, String(behind.message_id)),
+                el(
+                  'a',
+                  { href: `#/journey/${encodeURIComponent(String(behind.message_id))}` },
+                  String(behind.message_id),
+                ),
                 ` (#${text(behind.channel_sequence_id)}, ${text(behind.cause)})`,
               ),
             ],
@@ -90,7 +98,9 @@ export const journeyView: View = ({ root, arg, signal }) => {
         ]),
         el('pre', { class: 'payload-full' }, JSON.stringify(m.payload ?? null, null, 2)),
         el('h3', {}, `Recipients (${recipients.length})`),
-        ...(j.explanation === undefined ? [] : [el('p', { class: 'explanation' }, text(j.explanation))]),
+        ...(j.explanation === undefined
+          ? []
+          : [el('p', { class: 'explanation' }, text(j.explanation))]),
         ...recipients.map(recipient),
       );
     })

@@ -34,7 +34,7 @@ export const messagesView: View = ({ root, params, signal, navigate }) => {
   );
   const form = el(
     'form',
-    { role: 'search', class: 'filters', 'aria-label': 'Search messages' },
+    { role: 'search', class: 'filters', 'aria-label': 'Filter messages' },
     field('Search', q),
     ...inputs.map((input, i) => field(label(FILTERS[i]!), input)),
     el('button', { type: 'submit' }, 'Find'),

@@ -11,24 +11,22 @@ export interface Page<T> {
   readonly next: Json;
 }
 
-export interface PagedList<T> {
+export interface PagedList {
   readonly element: HTMLElement;
   /** Reads the first page again (after a change). */
   reload(): Promise<void>;
-  /** Called with each row made, after it is in the table. */
-  onRow?: (tr: HTMLTableRowElement, row: T) => void;
 }
 
 export function pagedList<T>(
   label: string,
   columns: readonly Column<T>[],
   read: (after: Json) => Promise<Page<T>>,
-): PagedList<T> {
+): PagedList {
   const table = dataTable(label, columns);
   const more = el('button', { type: 'button', hidden: true }, 'More');
   let next: Json = null;
   let generation = 0;
-  const list: PagedList<T> = {
+  const list: PagedList = {
     element: el('div', { class: 'paged' }, table.element, more),
     reload: () => load(null, true),
   };
@@ -39,8 +37,7 @@ export function pagedList<T>(
       const page = await read(after);
       if (mine !== generation) return; // a newer load won
       if (fresh) table.clear();
-      const made = table.append(page.rows);
-      made.forEach((tr, i) => list.onRow?.(tr, page.rows[i]!));
+      table.append(page.rows);
       // an empty page ends the list, whatever its cursor says
       next = page.rows.length === 0 ? null : page.next;
       more.hidden = next === null || next === undefined;

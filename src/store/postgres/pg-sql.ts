@@ -14,6 +14,8 @@ export const LOCK_MIGRATE = 1;
 export const LOCK_ALERTS = 2;
 /** Per thread (hashtext of its id): its reply budget, counted by one transaction at a time. */
 export const LOCK_THREAD_NS = 0x61677701;
+/** The audit log's end: entries are appended by one transaction at a time, so it stays one chain. */
+export const LOCK_AUDIT = 3;
 
 /** The channel the store announces its commits on, for the other replicas (LISTEN). */
 export const WAKE_CHANNEL = 'agw_wake';
@@ -177,6 +179,81 @@ export const PG_MIGRATIONS: readonly string[] = [
     last_poll bigint NOT NULL
   );
   `,
+  // 4: operators (docs/design/operators.md; SQLite's migration 9). An agent paused now is its
+  // agents row's paused_at/paused_by, read under the row lock every lease takes, so every
+  // replica sees a pause at its next lease; agent_pauses keeps each pause and resume for the
+  // journeys. Bulk redrives with their cursor and counts; the audit log, a hash chain appended
+  // under LOCK_AUDIT. The open dead letters (not replayed) by recipient and in message order.
+  // Full-text search over each message's payload strings and kind, with the words split as
+  // SQLite's FTS5 (unicode61, remove_diacritics 2) and rules/operators.ts wordsOf split them:
+  // runs of letters and digits, diacritics removed, lower-cased. PostgreSQL's own parser alone
+  // would keep "example.com", "a@b.org" or "v1.2" as one word, which SQLite splits, so the two
+  // stores would answer one query differently. A body that is not JSON (a corrupt row) is
+  // indexed by its kind alone.
+  `
+  ALTER TABLE agents ADD COLUMN IF NOT EXISTS paused_at bigint;
+  ALTER TABLE agents ADD COLUMN IF NOT EXISTS paused_by text;
+  CREATE TABLE IF NOT EXISTS agent_pauses (
+    id    bigserial PRIMARY KEY,
+    agent text   NOT NULL,
+    at    bigint NOT NULL, -- ms since the epoch
+    event text   NOT NULL, -- paused, resumed
+    by    text   NOT NULL
+  );
+  CREATE INDEX IF NOT EXISTS agent_pauses_by_agent ON agent_pauses (agent, at);
+  CREATE TABLE IF NOT EXISTS redrives (
+    id             text    PRIMARY KEY,
+    created_at     bigint  NOT NULL,
+    by             text    NOT NULL,
+    selection      text    NOT NULL, -- JSON: {"ids": [...]} or {"filter": {...}}
+    max_dead       bigint  NOT NULL, -- the highest dead letter id when it was made
+    rate           integer NOT NULL,
+    total          integer NOT NULL,
+    done           integer NOT NULL DEFAULT 0,
+    skipped        integer NOT NULL DEFAULT 0,
+    state          text    NOT NULL DEFAULT 'running',
+    cursor_message bigint  NOT NULL DEFAULT 0,
+    cursor_dead    bigint  NOT NULL DEFAULT 0
+  );
+  CREATE TABLE IF NOT EXISTS audit_log (
+    seq       bigint PRIMARY KEY,
+    at        bigint NOT NULL,
+    actor     text   NOT NULL,
+    action    text   NOT NULL,
+    target    text   NOT NULL,
+    detail    text   NOT NULL, -- JSON as hashed
+    prev_hash text   NOT NULL,
+    hash      text   NOT NULL
+  );
+  CREATE INDEX IF NOT EXISTS dead_letters_open_by_recipient ON dead_letters (recipient)
+    WHERE replay_delivery IS NULL;
+  CREATE INDEX IF NOT EXISTS dead_letters_open_by_message ON dead_letters (message, id)
+    WHERE replay_delivery IS NULL;
+  -- text as searched: diacritics removed (NFD, then the combining marks dropped), every run of
+  -- anything but letters and digits a space
+  CREATE OR REPLACE FUNCTION agw_search_text(t text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $f$
+      SELECT regexp_replace(regexp_replace(normalize(t, NFD), '[\u0300-\u036f]+', '', 'g'),
+                            '[^[:alnum:]]+', ' ', 'g')
+    $f$;
+  CREATE OR REPLACE FUNCTION agw_search_vector(body text, kind text) RETURNS tsvector
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $f$
+    DECLARE
+      words text;
+    BEGIN
+      BEGIN
+        SELECT string_agg(v #>> '{}', ' ') INTO words
+        FROM jsonb_path_query(body::jsonb -> 'payload', 'strict $.**') v
+        WHERE jsonb_typeof(v) = 'string';
+        RETURN to_tsvector('simple', agw_search_text(concat_ws(' ', words, kind)));
+      EXCEPTION WHEN others THEN
+        -- not JSON (a corrupt row), or more words than a tsvector holds (1 MiB)
+        RETURN to_tsvector('simple', coalesce(agw_search_text(kind), ''));
+      END;
+    END
+    $f$;
+  CREATE INDEX IF NOT EXISTS messages_text ON messages USING gin (agw_search_vector(body, kind));
+  `,
 ];
 
 /** Delivery columns most statements read (d), with their message's kind and id (m). */
@@ -203,15 +280,18 @@ export const PG_SQL = {
     INSERT INTO agents (id) SELECT a FROM unnest($1::text[]) a ORDER BY a
     ON CONFLICT (id) DO NOTHING`,
   lockAgents: `
-    SELECT id, depth, critical, stored_bytes FROM agents WHERE id = ANY($1::text[])
-    ORDER BY id FOR UPDATE`,
+    SELECT id, depth, critical, stored_bytes, paused_at, paused_by FROM agents
+    WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`,
   lockAgentsSkip: `
-    SELECT id, depth, critical, stored_bytes FROM agents WHERE id = ANY($1::text[])
-    ORDER BY id FOR UPDATE SKIP LOCKED`,
+    SELECT id, depth, critical, stored_bytes, paused_at, paused_by FROM agents
+    WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE SKIP LOCKED`,
   lockThreads: `
     SELECT pg_advisory_xact_lock(${LOCK_THREAD_NS}, k)
     FROM (SELECT DISTINCT hashtext(t) AS k FROM unnest($1::text[]) t ORDER BY k) s`,
   lockAlerts: `SELECT pg_advisory_xact_lock(${LOCK_NS}, ${LOCK_ALERTS})`,
+  lockAudit: `SELECT pg_advisory_xact_lock(${LOCK_NS}, ${LOCK_AUDIT})`,
+  /** The redrives a group steps, sorted, locked first: a step at a time across replicas. */
+  lockRedrives: 'SELECT * FROM redrives WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE',
 
   /**
    * The end of every transaction, one round trip: the agents rows it changed (depths, stored
@@ -320,11 +400,6 @@ export const PG_SQL = {
     SELECT d.recipient, d.state, d.attempt, dl.reason, dl.note
     FROM deliveries d LEFT JOIN dead_letters dl ON dl.delivery = d.id
     WHERE d.message = $1 ORDER BY d.id, dl.id`,
-  deadLetters: `
-    SELECT dl.id, dl.reason, dl.note, dl.attempts, dl.recipient, dl.created_at, dl.replay_delivery,
-           m.id AS message, m.body, m.checksum
-    FROM dead_letters dl JOIN messages m ON m.id = dl.message
-    WHERE dl.id > $1 ORDER BY dl.id LIMIT $2`,
   agents: 'SELECT id, last_seen, depth, critical FROM agents WHERE id = ANY($1::text[])',
   depth: 'SELECT depth, critical FROM agents WHERE id = $1',
   senders: 'SELECT id, stored_bytes FROM agents WHERE stored_bytes IS NOT NULL',
@@ -469,6 +544,50 @@ export const PG_SQL = {
     FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = $1
     FOR UPDATE OF dl`,
   markReplayed: 'UPDATE dead_letters SET replay_delivery = $1 WHERE id = $2',
+
+  // operators (docs/design/operators.md; the statements built from a filter: pg-operators.ts)
+  /** A pause or resume: the agents row (locked) and the journeys' row, one statement. */
+  setPaused: `
+    WITH a AS (UPDATE agents SET paused_at = $2, paused_by = $3 WHERE id = $1)
+    INSERT INTO agent_pauses (agent, at, event, by) VALUES ($1, $4, $5, $6)`,
+  pausesSince: `
+    SELECT agent, at, event, by FROM agent_pauses
+    WHERE agent = ANY($1::text[]) AND at >= $2 ORDER BY id`,
+  pausedNow: `
+    SELECT id, paused_at, paused_by FROM agents
+    WHERE id = ANY($1::text[]) AND paused_at IS NOT NULL`,
+  /** Each agent's state for GET /v1/agents: its row, counts, open dead letters, last poll. */
+  agentStates: `
+    SELECT u.id, a.last_seen, a.depth, a.critical, a.paused_at, a.paused_by, p.last_poll,
+      (SELECT count(*) FROM deliveries d WHERE d.recipient = a.id AND d.state = 0)::int
+        AS pending,
+      (SELECT count(*) FROM deliveries d
+       WHERE d.recipient = a.id AND d.state = 0 AND d.priority = 1)::int AS critical_pending,
+      (SELECT count(*) FROM deliveries d WHERE d.recipient = a.id AND d.state = 1)::int
+        AS leased,
+      (SELECT count(*) FROM dead_letters dl
+       WHERE dl.recipient = a.id AND dl.replay_delivery IS NULL)::int AS dead_letters
+    FROM unnest($1::text[]) u(id)
+    LEFT JOIN agents a ON a.id = u.id
+    LEFT JOIN agent_polls p ON p.agent = u.id`,
+  lastSequences: 'SELECT name, last_seq FROM channels',
+  maxDeadLetter: 'SELECT coalesce(max(id), 0) AS max FROM dead_letters',
+  insertRedrive: `
+    INSERT INTO redrives (id, created_at, by, selection, max_dead, rate, total)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+  redrive: 'SELECT * FROM redrives WHERE id = $1',
+  runningRedrives: "SELECT id FROM redrives WHERE state = 'running' ORDER BY created_at, id",
+  redriveProgress: `
+    UPDATE redrives SET done = $1, skipped = $2, state = $3, cursor_message = $4,
+      cursor_dead = $5
+    WHERE id = $6`,
+  lastAudit: 'SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1',
+  insertAudit: `
+    INSERT INTO audit_log (seq, at, actor, action, target, detail, prev_hash, hash)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+  audit: `
+    SELECT seq, at, actor, action, target, detail, prev_hash, hash FROM audit_log
+    WHERE seq > $1 ORDER BY seq LIMIT $2`,
 
   // a message's journey (docs/design/journey.md)
   /**

@@ -2,9 +2,12 @@
  * The PostgreSQL store: the Store of store.ts on one database that any number of adapters
  * (replicas) share, every guarantee of the SQLite store kept across them
  * (docs/design/postgres.md). A group of operations runs in one transaction that first locks,
- * in one fixed order, the channels it appends to, then the agents rows it touches, then the
- * threads whose budgets it counts; sweeps, pruning and the alerts that fell due run in short
- * transactions of their own right after it, inside the same commit(). The SQL is in pg-sql.ts.
+ * in one fixed order, the redrives it steps (an operator's bulk redrive: nothing else locks
+ * them), the channels it appends to, then the agents rows it touches (a paused agent's pause is
+ * in its row), the audit log's end when it appends to it, then the threads whose budgets it
+ * counts; sweeps, pruning and the alerts that fell due run in short transactions of their own
+ * right after it, inside the same commit(). The SQL is in pg-sql.ts (and, built from filters,
+ * in pg-operators.ts).
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
@@ -44,11 +47,14 @@ import {
   rejected,
   repeatOutcome,
 } from '../rules/stored-message.js';
+import { redriveState } from '../rules/operators.js';
 import { withThreadFields } from '../rules/thread-rows.js';
 import {
   type AgentState,
   type AppendOutcome,
+  type AuditEntry,
   type Committed,
+  type DeadLetterFilter,
   DEFAULT_BUDGETS,
   DEFAULT_STORAGE,
   type DeliveryConfig,
@@ -57,8 +63,12 @@ import {
   type DeliveryStats,
   type JourneyRows,
   type MessageDraft,
+  type MessageQuery,
   type MessageStatus,
   type OpResults,
+  type PauseEvent,
+  type RedriveDetail,
+  type RedriveState,
   type Settled,
   StorageFailure,
   type StorageLimits,
@@ -70,6 +80,19 @@ import {
 } from '../store.js';
 import { AlertFold } from './pg-alerts.js';
 import { type DeliveryRow, PgDeliveries, type ReadyRow } from './pg-deliveries.js';
+import {
+  appendAudit,
+  type AuditRow,
+  auditView,
+  type Built,
+  createRedrive,
+  deadLettersStatement,
+  lockRedrives,
+  type RedriveTableRow,
+  searchStatement,
+  setPaused,
+  stepRedrive,
+} from './pg-operators.js';
 import { PG_MIGRATIONS, PG_SQL, type PgStatement } from './pg-sql.js';
 import { PgThreads } from './pg-threads.js';
 import { keyOf, Tx } from './pg-tx.js';
@@ -330,7 +353,9 @@ export class PgStore implements Store {
         // crash of the server takes nothing back. The others (leases, extensions, heartbeats,
         // retried nacks, sweeps) do not: losing one is a redelivery, and the next synchronous
         // commit flushes theirs too, the WAL being one sequence (docs/design/durability.md).
-        await tx.commit(this.#messageSync === 'full' && (tx.wroteMessage || tx.wroteAck));
+        await tx.commit(
+          this.#messageSync === 'full' && (tx.wroteMessage || tx.wroteAck || tx.wroteOperatorAct),
+        );
         for (const id of tx.created) this.#known.add(id);
         for (const [agent, at] of tx.polls) this.#pollsWritten.set(agent, at);
         this.#usedAdded += tx.addedBytes;
@@ -404,6 +429,15 @@ export class PgStore implements Store {
     const touch = (a: string) => touched.set(a, (touched.get(a) ?? 0) + 1);
     const rows: number[] = [];
     let appends = false;
+    let audits = false;
+    // the redrives it steps first, and the recipients of the dead letters they take next
+    const steps = ops.flatMap((op) => (op.op === 'redrive_step' ? [op] : []));
+    if (steps.length > 0) {
+      for (const r of await lockRedrives(tx, steps)) {
+        agents.add(r);
+        touch(r);
+      }
+    }
     // dead letters do not change but for replay_delivery: read before any lock, all at once
     const replays = await Promise.all(
       ops.map((op) =>
@@ -441,6 +475,14 @@ export class PgStore implements Store {
         case 'heartbeat':
           agents.add(op.agent);
           break;
+        case 'pause':
+        case 'resume':
+          // a lease of it reads its pause under this lock
+          agents.add(op.agent);
+          break;
+        case 'audit':
+          audits = true;
+          break;
         case 'replay_dead_letter': {
           const dl = replays[i];
           if (dl !== undefined) {
@@ -460,6 +502,8 @@ export class PgStore implements Store {
     // them later, behind that append's writes); the messages its replies name.
     const reads: Promise<unknown>[] = [tx.lockChannels(channels)];
     reads.push(tx.lockAgents(agents, this.#known));
+    // the audit log's end, after the agents rows: one transaction at a time appends to it
+    if (audits) tx.write('lockAudit');
     reads.push(
       tx.loadKeys(
         ops.flatMap((op) =>
@@ -534,7 +578,28 @@ export class PgStore implements Store {
         return { pending: a.depth, critical_pending: a.critical };
       }
       case 'replay_dead_letter':
-        return await this.#replayDeadLetter(tx, op.id, op.now);
+        return await this.#replayDeadLetter(tx, op.id, op.now, { dead_letter: op.id, by: op.by });
+      case 'pause':
+      case 'resume': {
+        const answer = setPaused(tx, op.agent, op.op === 'pause', op.by, op.now);
+        // its polls parked on every replica look again (the commit's announcement)
+        if (op.op === 'resume' && answer.changed) tx.fx.woken.add(op.agent);
+        return answer;
+      }
+      case 'redrive_create':
+        return await createRedrive(tx, op.by, op.selection, op.rate, op.now);
+      case 'redrive_step':
+        return await stepRedrive(
+          tx,
+          op.id,
+          op.max,
+          (recipients) => this.#lockLate(tx, recipients),
+          async (dl, by) =>
+            (await this.#replayDeadLetter(tx, dl, op.now, { dead_letter: dl, by, redrive: op.id }))
+              ?.replayed === true,
+        );
+      case 'audit':
+        return await appendAudit(tx, op.entry);
       case 'alert':
         tx.raise(op.recipient, op.reason, op.messageId, 0, op.now, op.count);
         return undefined;
@@ -634,6 +699,9 @@ export class PgStore implements Store {
     // read in the group's first round trip when nothing before it changed this agent's queue
     let prefetched = tx.lanes.get(op);
     tx.lanes.delete(op);
+    // paused by an operator (its row, read under the lock this lease holds, says so on every
+    // replica): the poll waits out its `wait`; what it holds runs its course
+    if (tx.agent(agent).paused !== null) return [];
     for (;;) {
       const ready = await this.#deliveries.ready(tx, agent, max, now, prefetched);
       prefetched = undefined;
@@ -691,6 +759,7 @@ export class PgStore implements Store {
     tx: Tx,
     id: number,
     now: number,
+    detail: RedriveDetail,
   ): Promise<OpResults['replay_dead_letter']> {
     const dl = await tx.one<DeadLetterRow>('deadLetterLocked', [id]);
     if (dl === undefined) return undefined;
@@ -717,7 +786,7 @@ export class PgStore implements Store {
     // the journey goes on with the new copy, `redriven` first (as sqlite/sqlite-deliveries.ts
     // writes it); a copy a full queue refuses at once then ends with its dead letter's event
     const copy = { id: delivery, message: dl.message, recipient: dl.recipient, attempt: 0 };
-    tx.journeyEvent(copy, 'redriven', now, { dead_letter: id });
+    tx.journeyEvent(copy, 'redriven', now, detail);
     if (state === DeliveryState.deadLetter) {
       tx.journeyEvent(copy, 'dead_lettered', now, { reason: 'queue_full', note: null });
     }
@@ -876,6 +945,16 @@ export class PgStore implements Store {
   async #read<R>(name: PgStatement, values: readonly unknown[] = []): Promise<R[]> {
     try {
       const r = await this.#pool.query({ name, text: PG_SQL[name], values: values as unknown[] });
+      return r.rows as R[];
+    } catch (err) {
+      throw storageFailureOf(err) ?? err;
+    }
+  }
+
+  /** A read of a statement built from a filter (pg-operators.ts). */
+  async #readBuilt<R>(built: Built, values: readonly unknown[]): Promise<R[]> {
+    try {
+      const r = await this.#pool.query({ ...built, values: values as unknown[] });
       return r.rows as R[];
     } catch (err) {
       throw storageFailureOf(err) ?? err;
@@ -1043,7 +1122,14 @@ export class PgStore implements Store {
         if (m === undefined) return undefined;
         const copies = await read<JourneyCopyRow>('journeyCopies', [m.id]);
         const events = await read<JourneyEventRow>('journeyEvents', [m.id]);
-        return await journeyRows(at, copies, events, {
+        // the recipients' pauses since the message was accepted, and who is paused now
+        const recipients = [...new Set(copies.map((c) => c.recipient))];
+        const pauses = await read<PauseEvent>('pausesSince', [recipients, at]);
+        const paused = await read<{ id: string; paused_at: number; paused_by: string }>(
+          'pausedNow',
+          [recipients],
+        );
+        const rows = await journeyRows(at, copies, events, {
           head: async (recipient, channel) =>
             (await read<LaneHeadRow>('laneHead', [recipient, channel]))[0],
           lastLeased: async (message, delivery) =>
@@ -1052,6 +1138,10 @@ export class PgStore implements Store {
           waiting: async (recipient) =>
             (await read<{ depth: number }>('depth', [recipient]))[0]?.depth ?? 0,
         });
+        const pausedNow = Object.fromEntries(
+          paused.map((p) => [p.id, { since: p.paused_at, by: p.paused_by }] as const),
+        );
+        return { ...rows, pauses, pausedNow };
       }),
     );
   }
@@ -1086,6 +1176,7 @@ export class PgStore implements Store {
     after: number,
     limit: number,
     maxBytes = Number.POSITIVE_INFINITY,
+    filter: DeadLetterFilter = {},
   ): Promise<string[]> {
     const self = this;
     async function* rows(): AsyncGenerator<DeadRow> {
@@ -1095,9 +1186,8 @@ export class PgStore implements Store {
       while (left > 0) {
         const want = Math.min(left, chunk);
         chunk = Math.min(chunk * 4, 1024);
-        const got = await self.#pageReads.run(() =>
-          self.#read<DeadRow>('deadLetters', [from, want]),
-        );
+        const { built, values } = deadLettersStatement(filter, from, want);
+        const got = await self.#pageReads.run(() => self.#readBuilt<DeadRow>(built, values));
         for (const r of got) {
           from = r.id;
           left--;
@@ -1113,18 +1203,105 @@ export class PgStore implements Store {
     );
   }
 
+  /**
+   * Messages matching `query`, newest first, read in growing chunks (as #intactMessages), each
+   * bounded by what is left of `maxBytes`; one that fails its checksum is skipped.
+   */
+  async searchMessages(
+    query: MessageQuery,
+    maxBytes = Number.POSITIVE_INFINITY,
+  ): Promise<ThreadPage> {
+    const self = this;
+    async function* rows(): AsyncGenerator<BodyRow> {
+      let before = query.after > 0 ? query.after : Number.MAX_SAFE_INTEGER;
+      let left = query.limit;
+      let bytes = Math.min(maxBytes, Number.MAX_SAFE_INTEGER);
+      let chunk = 16;
+      while (left > 0) {
+        const want = Math.min(left, chunk);
+        chunk = Math.min(chunk * 4, 1024);
+        const { built, values } = searchStatement(
+          query,
+          before,
+          want,
+          Math.max(bytes, 1),
+          PAGE_ITEM_OVERHEAD,
+        );
+        const got = await self.#pageReads.run(() => self.#readBuilt<BodyRow>(built, values));
+        for (const r of got) {
+          before = r.id;
+          bytes -= Buffer.byteLength(r.body) + PAGE_ITEM_OVERHEAD;
+          if (!self.#intact(r, true)) continue;
+          left--;
+          yield r;
+        }
+        if (got.length < want || bytes <= 0) return;
+      }
+    }
+    const ids: number[] = [];
+    const messages = await fittingAsync(
+      rows(),
+      (r) => {
+        ids.push(r.id);
+        return withThreadFields(r.body);
+      },
+      maxBytes,
+    );
+    return threadPage(messages, ids);
+  }
+
+  async redrive(id: string): Promise<RedriveState | undefined> {
+    const [r] = await this.#read<RedriveTableRow>('redrive', [id]);
+    return r === undefined ? undefined : redriveState(r);
+  }
+
+  async runningRedrives(): Promise<string[]> {
+    return (await this.#read<{ id: string }>('runningRedrives')).map((r) => r.id);
+  }
+
+  async lastSequences(): Promise<Record<string, number>> {
+    const rows = await this.#read<{ name: string; last_seq: number }>('lastSequences');
+    return Object.fromEntries(rows.map((r) => [r.name, r.last_seq]));
+  }
+
+  async audit(after: number, limit: number): Promise<AuditEntry[]> {
+    return (await this.#read<AuditRow>('audit', [after, limit])).map(auditView);
+  }
+
   async agents(ids: Iterable<string>): Promise<AgentState[]> {
     const list = [...ids];
     const rows = await this.#read<{
       id: string;
       last_seen: number | null;
-      depth: number;
-      critical: number;
-    }>('agents', [list]);
+      depth: number | null;
+      critical: number | null;
+      paused_at: number | null;
+      paused_by: string | null;
+      last_poll: number | null;
+      pending: number;
+      critical_pending: number;
+      leased: number;
+      dead_letters: number;
+    }>('agentStates', [list]);
     const byId = new Map(rows.map((r) => [r.id, r]));
     return list.map((id) => {
       const r = byId.get(id);
-      return agentState(id, r?.last_seen, { all: r?.depth ?? 0, critical: r?.critical ?? 0 });
+      return agentState(
+        id,
+        r?.last_seen,
+        { all: r?.depth ?? 0, critical: r?.critical ?? 0 },
+        {
+          lastPoll: r?.last_poll ?? null,
+          pending: r?.pending ?? 0,
+          critical_pending: r?.critical_pending ?? 0,
+          leased: r?.leased ?? 0,
+          dead_letters: r?.dead_letters ?? 0,
+          paused:
+            r?.paused_at === null || r?.paused_at === undefined
+              ? null
+              : { since: r.paused_at, by: r.paused_by ?? '' },
+        },
+      );
     });
   }
 

@@ -34,6 +34,8 @@ export interface AgentRow {
   /** A heartbeat in this transaction. */
   seen: number | null;
   dirty: boolean;
+  /** Paused by an operator (its row's paused_at, paused_by): its leases hand out nothing. */
+  paused: { since: number; by: string } | null;
 }
 
 /**
@@ -103,6 +105,11 @@ export class Tx {
    * after a crash of the database server (docs/reference/configuration.md, AGW_SYNC).
    */
   wroteAck = false;
+  /**
+   * An operator's act was written (a pause, a redrive or its step, an audit entry): answered
+   * as done, so its commit is synchronous at AGW_SYNC=full too, as SQLite's is.
+   */
+  wroteOperatorAct = false;
   /** Bytes of messages this transaction stored, less what it pruned (the size bound). */
   addedBytes = 0;
   /** Where raised alerts go; the alerts transaction folds them at once instead. */
@@ -127,7 +134,11 @@ export class Tx {
     readonly generic = false,
   ) {}
 
-  #send(name: PgStatement | 'BEGIN', values: readonly unknown[]): Promise<pg.QueryResult> {
+  #send(
+    name: PgStatement | 'BEGIN' | 'built',
+    values: readonly unknown[],
+    built?: { name: string; text: string },
+  ): Promise<pg.QueryResult> {
     if (!this.#begun && name !== 'BEGIN') {
       this.#begun = true;
       this.write('BEGIN');
@@ -143,7 +154,11 @@ export class Tx {
     const sent =
       name === 'BEGIN'
         ? this.client.query(this.generic ? BEGIN_GENERIC : BEGIN)
-        : this.client.query({ name, text: PG_SQL[name], values: values as unknown[] });
+        : this.client.query({
+            name: built?.name ?? name,
+            text: built?.text ?? PG_SQL[name as PgStatement],
+            values: values as unknown[],
+          });
     return sent.catch((err: unknown) => {
       if (this.#first === undefined || n < this.#first.n) this.#first = { n, err };
       throw err;
@@ -177,6 +192,20 @@ export class Tx {
       return r.rows as R[];
     } catch (err) {
       // a statement before it failed first: that is the error (this one says "aborted")
+      await this.#settle();
+      throw this.#first?.err ?? err;
+    }
+  }
+
+  /**
+   * A read of a statement built at run time (from a filter: pg-operators.ts), prepared under
+   * `name`, which names that text alone.
+   */
+  async qBuilt<R>(built: { name: string; text: string }, values: readonly unknown[]): Promise<R[]> {
+    try {
+      const r = await this.#send('built', values, built);
+      return r.rows as R[];
+    } catch (err) {
       await this.#settle();
       throw this.#first?.err ?? err;
     }
@@ -367,6 +396,8 @@ export class Tx {
       depth: number;
       critical: number;
       stored_bytes: number | null;
+      paused_at: number | null;
+      paused_by: string | null;
     }>(skip ? 'lockAgentsSkip' : 'lockAgents', [want]);
     for (const r of rows) {
       this.agents.set(r.id, {
@@ -375,6 +406,7 @@ export class Tx {
         bytes: r.stored_bytes,
         seen: null,
         dirty: false,
+        paused: r.paused_at === null ? null : { since: r.paused_at, by: r.paused_by ?? '' },
       });
     }
     return rows.map((r) => r.id);

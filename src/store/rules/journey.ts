@@ -397,7 +397,8 @@ export function recipientJourneys(
               detail: parse(e.detail),
             })),
             (rows.pauses ?? []).filter(
-              (p) => p.agent === c.recipient && (view.finishedAt == null || p.at <= view.finishedAt),
+              (p) =>
+                p.agent === c.recipient && (view.finishedAt == null || p.at <= view.finishedAt),
             ),
           ).map((e) => ({ ...e, at: iso(e.at) })),
         ],

@@ -2,7 +2,7 @@
  * What both engines share of the operators' data (docs/design/operators.md): the audit log's
  * hash chain, the words of a full-text query, a redrive's selection. Pure.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { GatewayError } from '../../protocol/errors.js';
 import type {
   AuditDraft,
@@ -113,6 +113,11 @@ export function pauseAnswer(
   after: { since: number; by: string } | null,
 ): PauseAnswer {
   return { paused: after, changed: (before === null) !== (after === null) };
+}
+
+/** A new redrive's id. */
+export function newRedriveId(): string {
+  return `rd_${randomBytes(8).toString('hex')}`;
 }
 
 /** A redrive id as a client gives it back: refuses anything else with 404. */

@@ -64,7 +64,11 @@ export interface BudgetRefusal {
  * When not, the engine asks whether it had a delivery of it (a dead letter's replay included).
  */
 export function seenWithoutDelivery(t: TargetRow, d: MessageDraft, alertsTo: string): boolean {
-  return t.sender === d.sender || d.sender === alertsTo || d.readable?.has(t.channel) === true;
+  return (
+    t.sender === d.sender ||
+    overseesThreads(d.sender, alertsTo) ||
+    d.readable?.has(t.channel) === true
+  );
 }
 
 /**
@@ -107,6 +111,14 @@ export function replyTarget(
 }
 
 /**
+ * Whether `sender` oversees threads: alerts_to, or an operator (`operator:<id>`, a person: its
+ * message in a thread is a continuation too, and it may reply to any message).
+ */
+export function overseesThreads(sender: string, alertsTo: string): boolean {
+  return sender === alertsTo || sender.startsWith('operator:');
+}
+
+/**
  * A reply's hop, or its refusal past AGW_HOP_BUDGET. A message of alerts_to in a thread is a
  * continuation: the operator read it and lets the conversation go on, so its chain and the
  * thread's count start again, itself counted.
@@ -117,7 +129,7 @@ export function replyHop(
   budgets: ThreadBudgets,
   alertsTo: string,
 ): { hop: number; continuation: boolean } | BudgetRefusal {
-  const continuation = d.sender === alertsTo;
+  const continuation = overseesThreads(d.sender, alertsTo);
   const hop = continuation ? 0 : t.hop + 1;
   if (hop <= budgets.hops) return { hop, continuation };
   return {

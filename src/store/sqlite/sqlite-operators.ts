@@ -3,12 +3,11 @@
  * dead letters, bulk redrives and the audit log. Runs inside the store's transactions; the
  * store calls it, and it calls back for the one thing it does not own (a dead letter's replay).
  */
-import { randomBytes } from 'node:crypto';
 import type Database from 'better-sqlite3';
 import {
   auditEntry,
-  GENESIS_HASH,
   ftsWords,
+  GENESIS_HASH,
   parseSelection,
   pauseAnswer,
   type RedriveRow,
@@ -139,7 +138,9 @@ export class Operators {
   }
 
   /** Search: the matching messages' rows, newest first. */
-  searchRows(query: MessageQuery): IterableIterator<{ id: number; body: string; checksum: number }> {
+  searchRows(
+    query: MessageQuery,
+  ): IterableIterator<{ id: number; body: string; checksum: number }> {
     const conds: string[] = [];
     const params: unknown[] = [];
     if (query.after > 0) {
@@ -170,7 +171,11 @@ export class Operators {
   }
 
   /** The open dead letters matching `filter` with id > after, oldest first. */
-  deadLetterRows(filter: DeadLetterFilter, after: number, limit: number): IterableIterator<unknown> {
+  deadLetterRows(
+    filter: DeadLetterFilter,
+    after: number,
+    limit: number,
+  ): IterableIterator<unknown> {
     const w = this.#openWhere(filter, null);
     const sql = `
       SELECT dl.id, dl.reason, dl.note, dl.attempts, dl.recipient, dl.created_at,
@@ -181,12 +186,12 @@ export class Operators {
   }
 
   createRedrive(
+    id: string,
     by: string,
     selection: RedriveSelection,
     rate: number,
     now: number,
   ): { redrive_id: string; count: number } {
-    const id = `rd_${randomBytes(8).toString('hex')}`;
     const json = selectionJson(selection);
     const sel = parseSelection(json);
     const maxDead = this.#s.maxDeadLetter.get() ?? 0;
@@ -256,7 +261,16 @@ export class Operators {
     const last = this.#s.lastAudit.get();
     const entry = auditEntry((last?.seq ?? 0) + 1, draft, last?.hash ?? GENESIS_HASH);
     const { seq, actor, action, target, detail, prev_hash, hash } = entry;
-    this.#s.insertAudit.run(seq, draft.at, actor, action, target, JSON.stringify(detail), prev_hash, hash);
+    this.#s.insertAudit.run(
+      seq,
+      draft.at,
+      actor,
+      action,
+      target,
+      JSON.stringify(detail),
+      prev_hash,
+      hash,
+    );
     return entry;
   }
 

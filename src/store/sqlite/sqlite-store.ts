@@ -43,11 +43,11 @@ import {
   type Committed,
   DEFAULT_BUDGETS,
   DEFAULT_STORAGE,
+  type DeadLetterFilter,
   type DeliveryConfig,
   type DeliveryJson,
   type DeliveryState,
   type DeliveryStats,
-  type DeadLetterFilter,
   type ForeignEffects,
   type JourneyRows,
   type MessageDraft,
@@ -271,7 +271,7 @@ export class SqliteStore implements Store {
         return answer;
       }
       case 'redrive_create':
-        return this.#ops.createRedrive(op.by, op.selection, op.rate, op.now);
+        return this.#ops.createRedrive(op.id, op.by, op.selection, op.rate, op.now);
       case 'redrive_step':
         return this.#ops.stepRedrive(
           op.id,
@@ -567,7 +567,7 @@ export class SqliteStore implements Store {
     const at = uuidv7Time(messageId);
     const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
     if (m === undefined) return undefined;
-    const rows = journeyRows(
+    const rows = await journeyRows(
       at!,
       this.#s.journeyCopies.all(m.id),
       this.#s.journeyEvents.all(m.id),

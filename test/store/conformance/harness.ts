@@ -36,6 +36,12 @@ export interface OpenedStore {
    * again; engine-specific. Optional: a store that cannot do this honestly skips those tests.
    */
   readonly fillDisk?: (full: boolean) => Promise<void> | void;
+  /**
+   * Closes the store and opens it again on the same storage, with the same settings, as a
+   * restarted adapter would; `cleanup` then closes the store it returned. Optional: a store
+   * that cannot do this skips the cases that need it.
+   */
+  readonly reopen?: () => Promise<Store>;
 }
 
 export type StoreFactory = (opts: {
@@ -140,7 +146,7 @@ export const byRecipient = (alerts: readonly SentAlert[]): SentAlert[] =>
 
 /** A store under test, with the operations the tests speak in. */
 export class Harness {
-  constructor(readonly store: Store) {}
+  constructor(public store: Store) {}
 
   /** One group, committed in one transaction. */
   run = async (ops: readonly StoreOp[]): Promise<Committed> => await this.store.commit(ops);
@@ -218,7 +224,11 @@ export type Open = (
   channels?: readonly string[],
   storage?: Partial<StorageLimits>,
   budgets?: Partial<ThreadBudgets>,
-) => Promise<Harness & Pick<OpenedStore, 'corrupt' | 'fillDisk'>>;
+) => Promise<Opened>;
+
+/** A fresh store's harness; `reopen` (when the store has it) puts the reopened store in it. */
+export type Opened = Harness &
+  Pick<OpenedStore, 'corrupt' | 'fillDisk'> & { readonly reopen?: () => Promise<void> };
 
 /** The `open` every area uses, for this factory; registers the cleanup after each test. */
 export function opener(factory: StoreFactory): Open {
@@ -236,7 +246,7 @@ export function opener(factory: StoreFactory): Open {
     channels: readonly string[] = [],
     storage: Partial<StorageLimits> = {},
     budgets: Partial<ThreadBudgets> = {},
-  ): Promise<Harness & Pick<OpenedStore, 'corrupt' | 'fillDisk'>> {
+  ): Promise<Opened> {
     const o = await factory({
       delivery: { ...BASE_DELIVERY, ...delivery },
       storage: { ...NO_BOUNDS, ...storage },
@@ -244,7 +254,18 @@ export function opener(factory: StoreFactory): Open {
     });
     opened.push(o);
     await o.store.ensureChannels([ALERTS_CHANNEL, '@qa', '@pm', ...channels]);
-    return Object.assign(new Harness(o.store), { corrupt: o.corrupt, fillDisk: o.fillDisk });
+    const h = new Harness(o.store);
+    const reopen = o.reopen;
+    return Object.assign(h, {
+      corrupt: o.corrupt,
+      fillDisk: o.fillDisk,
+      reopen:
+        reopen === undefined
+          ? undefined
+          : async () => {
+              h.store = await reopen();
+            },
+    });
   }
 
   return open;
