@@ -5,7 +5,7 @@
  * the page runs under `Content-Security-Policy: default-src 'self'` with no inline script or
  * style. This module is compiled by the main (Node) build; it touches no DOM.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /** The navigation, in order: route and accessible name (the contract names these links). */
@@ -124,6 +124,7 @@ input[type="checkbox"] { width: 18px; height: 18px; margin: 0; }
 .filters input[type="text"] { width: 10rem; }
 .sign-in { max-width: 26rem; display: flex; flex-direction: column; gap: 12px; align-items: flex-start; }
 .sign-in .field, .sign-in input { width: 100%; }
+.sign-in h2, .sign-in p { margin: 0; }
 #alert { margin: 12px 20px 0; padding: 10px 14px; border: 1px solid #b91c1c; border-left-width: 6px; border-radius: 4px; background: #fef2f2; color: #7f1d1d; }
 #alert p { margin: 0; }
 #alert[hidden] { display: none; }
@@ -157,6 +158,9 @@ code.payload { display: block; width: max-content; max-width: 30rem; white-space
   #alert { margin: 10px 12px 0; }
   .filters input[type="search"], .filters input[type="text"], .filters select { width: 100%; }
   .filters .field { flex: 1 1 100%; }
+  /* the row's first cell stays in view while the rest of the row scrolls under it */
+  .table-wrap tr > :first-child { position: sticky; left: 0; z-index: 1; background: #ffffff; box-shadow: 1px 0 0 #cbd5e1; }
+  .table-wrap thead tr > :first-child { background: #f8fafc; }
 }
 `;
 
@@ -170,7 +174,19 @@ const BUILT = new URL('../../dist/console/', import.meta.url);
 /** A browser module's name: lowercase and dashes. page.js is this module, never served. */
 const MODULE_NAME = /^[a-z-]+\.js$/;
 
-const cache = new Map<string, Buffer | null>();
+/** The built modules by name, listed at the first request, each read at its first request. */
+let built: Map<string, Buffer | undefined> | undefined;
+
+function builtModules(): Map<string, Buffer | undefined> {
+  if (built === undefined) {
+    let names: string[] = [];
+    try {
+      names = readdirSync(BUILT).filter((n) => MODULE_NAME.test(n) && n !== 'page.js');
+    } catch {} // no build: no modules, and the page says it needs its script
+    built = new Map(names.map((n) => [n, undefined]));
+  }
+  return built;
+}
 
 export interface ConsoleAsset {
   readonly body: Buffer | string;
@@ -179,19 +195,16 @@ export interface ConsoleAsset {
 
 /**
  * `console.css`, or a built browser module (`app.js`, ...) read once and kept; undefined for any
- * other name and for a module the build did not make.
+ * other name (a miss costs a map lookup: nothing is kept for names the build did not make).
  */
 export function consoleAsset(name: string): ConsoleAsset | undefined {
   if (name === 'console.css') return { body: CONSOLE_CSS, contentType: 'text/css; charset=utf-8' };
-  if (!MODULE_NAME.test(name) || name === 'page.js') return undefined;
-  let body = cache.get(name);
+  const modules = builtModules();
+  if (!modules.has(name)) return undefined;
+  let body = modules.get(name);
   if (body === undefined) {
-    try {
-      body = readFileSync(fileURLToPath(new URL(name, BUILT)));
-    } catch {
-      body = null;
-    }
-    cache.set(name, body);
+    body = readFileSync(fileURLToPath(new URL(name, BUILT)));
+    modules.set(name, body);
   }
-  return body === null ? undefined : { body, contentType: 'text/javascript; charset=utf-8' };
+  return { body, contentType: 'text/javascript; charset=utf-8' };
 }

@@ -7,7 +7,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { auditEntry, GENESIS_HASH } from '../../src/store/rules/operators.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
-import { call, type Json, pollAs, sendAs } from '../helpers/http.js';
+import { call, type Json, pollAs } from '../helpers/http.js';
 import { until, untilParked } from '../helpers/wait.js';
 
 const OP = 'operator:alice';

@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Priority } from '../../src/protocol/envelope.js';
 import type { Delivery } from '../../src/protocol/wire.js';
 import { openStore } from '../../src/store/open.js';
+import { newRedriveId } from '../../src/store/rules/operators.js';
 import type {
   DeliveryConfig,
   MessageDraft,
@@ -117,6 +118,13 @@ async function snapshot(store: Store, threadId: string, messageIds: readonly str
     // (its cursor is the store's own: only the messages are compared)
     thread: (await store.threadMessages(threadId, 0, 1000)).messages,
     senders: (await store.storageUse()).senders,
+    // the operators' reads (docs/design/operators.md)
+    search: await store.searchMessages({ after: 0, limit: 100 }),
+    searchKind: await store.searchMessages({ q: 'escalation', after: 0, limit: 100 }),
+    openDeadLetters: await store.deadLetters(0, 100, undefined, { recipient: 'qa', q: 'task' }),
+    redrives: await Promise.all((await store.runningRedrives()).map((id) => store.redrive(id))),
+    audit: await store.audit(0, 100),
+    lastSequences: await store.lastSequences(),
   };
 }
 
@@ -185,6 +193,25 @@ beforeAll(async () => {
   expect(e2!.message.message_id).toBe(m3!.message_id);
   engineeringLeased = e2!.delivery_id;
   await one(store, { op: 'heartbeat', agent: 'pm', now: T0 + 14 });
+  // an operator's acts: pm paused (its journeys say so), a redrive of qa's dead letter
+  // made and not stepped yet, and their audit entries
+  const by = 'operator:alice';
+  await one(store, { op: 'pause', agent: 'pm', by, now: T0 + 15 });
+  const made = await one(store, {
+    op: 'redrive_create',
+    id: newRedriveId(),
+    by,
+    selection: { filter: { recipient: 'qa' } },
+    rate: 10,
+    now: T0 + 16,
+  });
+  expect(made.count).toBe(1);
+  for (const [action, target] of [
+    ['pause', 'pm'],
+    ['redrive', made.redrive_id],
+  ] as const) {
+    await one(store, { op: 'audit', entry: { at: T0 + 17, actor: by, action, target, detail: {} } });
+  }
   messageIds = [root, m2!.message_id, m3!.message_id, m4!.message_id];
   before = await snapshot(store, root, messageIds);
   await store.close();
@@ -203,6 +230,9 @@ beforeAll(async () => {
       'alert_state',
       'delivery_events',
       'agent_polls',
+      'agent_pauses',
+      'redrives',
+      'audit_log',
     ].map((t) => [t, count(t)]),
   );
   const seq = (c: string) =>
@@ -222,6 +252,7 @@ beforeAll(async () => {
   expect(rows).toMatchObject({ messages: 5, dead_letters: 1, threads: 1, alert_state: 1 });
   // 4 leases, 2 acks, a rejection (nacked, dead_lettered); qa and engineering polled
   expect(rows).toMatchObject({ delivery_events: 8, agent_polls: 2 });
+  expect(rows).toMatchObject({ agent_pauses: 1, redrives: 1, audit_log: 2 });
   expect(last).toEqual({ product: 2, orchestrator: 1 });
   expect(before.deadLetters).toHaveLength(1);
   expect(before.thread).toHaveLength(2);
@@ -251,6 +282,9 @@ const TABLES: Record<string, string> = {
   alert_state: 'recipient, reason',
   delivery_events: 'id',
   agent_polls: 'agent',
+  agent_pauses: 'id',
+  redrives: 'id',
+  audit_log: 'seq',
 };
 
 function sqliteTables(path: string): Record<string, unknown[]> {
@@ -366,6 +400,18 @@ describe('migrate-store', () => {
     expect(after.pages).toEqual(before.pages);
     expect(after.thread).toEqual(before.thread);
     expect(after.senders).toEqual(before.senders);
+    expect(before.search.messages).toHaveLength(5);
+    expect(after.search).toEqual(before.search);
+    expect(before.searchKind.messages).toHaveLength(1);
+    expect(after.searchKind).toEqual(before.searchKind);
+    expect(before.openDeadLetters).toHaveLength(1);
+    expect(after.openDeadLetters).toEqual(before.openDeadLetters);
+    expect(before.redrives).toHaveLength(1);
+    expect(after.redrives).toEqual(before.redrives);
+    expect(before.audit).toHaveLength(2);
+    expect(after.audit).toEqual(before.audit);
+    expect(after.lastSequences).toEqual(before.lastSequences);
+    expect(before.agents.find((a) => a.id === 'pm')).toMatchObject({ paused: true });
   });
 
   it('carries on: the pending delivery is leased and acked, the leased one stays leased until its lease ends', async () => {

@@ -238,6 +238,16 @@ describe('the operator console', { timeout: 120_000 }, () => {
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByLabel('Token').waitFor();
     expect(await storedToken(page)).toBeNull();
+
+    // a token the adapter stops taking (401) brings the form back, saying why
+    await page.evaluate(() =>
+      // biome-ignore lint/suspicious/noExplicitAny: the page's sessionStorage
+      (globalThis as any).sessionStorage.setItem('agw-token', 'token-revoked'),
+    );
+    await page.goto(`${t.url}/console#/channels`);
+    await page.getByRole('alert').filter({ hasText: 'unauthorized' }).waitFor();
+    await page.getByLabel('Token').waitFor();
+    expect(await storedToken(page)).toBeNull();
   });
 
   it('lists the agents, pauses and resumes one, and shows a pause made elsewhere by itself', async () => {
@@ -273,6 +283,39 @@ describe('the operator console', { timeout: 120_000 }, () => {
     await row.getByRole('button', { name: 'Resume', exact: true }).waitFor({ timeout: 6_000 });
     await row.getByRole('button', { name: 'Resume', exact: true }).click();
     await until(async () => (await pausedOf('research')) === false, 'research resumed');
+  });
+
+  it('reads the agents every 2 s while they are shown, and stops when the view is left', async () => {
+    const page = await newPage();
+    await page.clock.install();
+    const reads: string[] = [];
+    page.on('request', (r) => {
+      if (new URL(r.url()).pathname === '/v1/agents') reads.push(r.url());
+    });
+    await signedIn(page, '#/agents');
+    await agentRow(page, 'qa').waitFor();
+    const first = reads.length;
+    expect(first).toBeGreaterThanOrEqual(1);
+    await page.clock.runFor(2_000);
+    await until(
+      () => reads.length === first + 1,
+      () => `one more read of the agents: ${reads.length}`,
+    );
+    await page.clock.runFor(2_000);
+    await until(
+      () => reads.length === first + 2,
+      () => `another read of the agents: ${reads.length}`,
+    );
+
+    await page.getByRole('link', { name: 'Channels', exact: true }).click();
+    await page.getByRole('rowheader', { name: 'product', exact: true }).waitFor();
+    const left = reads.length;
+    await page.clock.runFor(20_000);
+    // a read made after the clock ran: any read of the agents the timers made is before it
+    const later = page.waitForResponse((r) => new URL(r.url()).pathname === '/v1/messages');
+    await page.getByRole('link', { name: 'Messages', exact: true }).click();
+    await later;
+    expect(reads.length).toBe(left);
   });
 
   it('finds dead letters by their text, redrives the ticked ones, and qa gets them in order', async () => {
@@ -349,6 +392,10 @@ describe('the operator console', { timeout: 120_000 }, () => {
     expect(page.url()).toContain(`#/journey/${id}`);
     const journey = await call(t.url, 'GET', `/v1/messages/${id}/journey`, { agent: OPERATOR });
     expect(journey.status).toBe(200);
+    await page
+      .getByText(journey.body.message.timestamp_iso8601 as string, { exact: true })
+      .first()
+      .waitFor();
     const recipients = journey.body.recipients as Json[];
     expect(recipients.length).toBeGreaterThan(1);
     for (const r of recipients) {

@@ -15,6 +15,7 @@ import {
 } from '../../src/store/postgres/pg-store.js';
 import type { PgForeignEffects } from '../../src/store/postgres/pg-wake.js';
 import type { AppendOutcome, MessageDraft, Settled, StoreOp } from '../../src/store/store.js';
+import { newRedriveId } from '../../src/store/rules/operators.js';
 import { testDatabase } from '../helpers/pg.js';
 
 const T0 = Date.UTC(2031, 0, 1);
@@ -378,6 +379,92 @@ describe('PostgreSQL store, two replicas on one database', () => {
       ]);
     }
     expect(a.stats.deadLetters.evicted + b.stats.deadLetters.evicted).toBeGreaterThan(0);
+  });
+
+  it("sees a pause made through one at the other's next lease, and a resume wakes the other's watchers", async () => {
+    const { a, b } = await replicas();
+    await append(a, draft('@qa', ['qa']));
+    const by = 'operator:alice';
+    ok(await a.commit([{ op: 'pause', agent: 'qa', by, now: T0 + 1 }]).then((c) => c.results[0]));
+    expect(await lease(b, 'qa', 10, T0 + 2)).toEqual([]);
+    expect((await b.agents(['qa']))[0]).toMatchObject({ paused: true, paused_by: by });
+    // a repeat through the other is no change
+    const again = await b.commit([{ op: 'pause', agent: 'qa', by, now: T0 + 3 }]);
+    expect(ok<{ changed: boolean }>(again.results[0]).changed).toBe(false);
+    const woken = told(b, (fx) => fx.woken.has('qa'));
+    const resumed = await a.commit([{ op: 'resume', agent: 'qa', by, now: T0 + 4 }]);
+    expect(resumed.effects.woken.has('qa')).toBe(true);
+    await woken;
+    expect(await lease(b, 'qa', 10, T0 + 5)).toHaveLength(1);
+  });
+
+  it('steps one redrive through both at once: each dead letter replayed once, in message order', async () => {
+    const { a, b } = await replicas({ delivery: { capacity: 1000 } });
+    const n = 40;
+    const sent = await append(
+      a,
+      ...Array.from({ length: n }, (_, i) => draft('product', ['qa'], { receivedAt: T0 + i })),
+    );
+    const ids = sent.map((o) => (o.status === 201 ? o.assignment.message_id : ''));
+    const got = await lease(a, 'qa', n, T0 + 100);
+    expect(got).toHaveLength(n);
+    // dead in reverse order
+    for (const d of [...got].reverse()) {
+      await a.commit([
+        { op: 'nack', agent: 'qa', ids: [d.delivery_id], now: T0 + 200, retry: false },
+      ]);
+    }
+    const made = ok<{ redrive_id: string; count: number }>(
+      (
+        await a.commit([
+          {
+            op: 'redrive_create',
+            id: newRedriveId(),
+            by: 'operator:alice',
+            selection: { filter: { recipient: 'qa' } },
+            rate: 30,
+            now: T0 + 300,
+          },
+        ])
+      ).results[0],
+    );
+    expect(made.count).toBe(n);
+    const step = async (s: PgStore) => {
+      for (;;) {
+        const { results } = await s.commit([
+          { op: 'redrive_step', id: made.redrive_id, max: 3, now: T0 + 400 },
+        ]);
+        if (ok<{ state: string }>(results[0]).state === 'done') return;
+      }
+    };
+    await Promise.all([step(a), step(b)]);
+    expect(await b.redrive(made.redrive_id)).toMatchObject({
+      total: n,
+      done: n,
+      skipped: 0,
+      state: 'done',
+    });
+    expect(await a.depth('qa')).toEqual({ all: n, critical: 0 });
+    const again = await lease(b, 'qa', 2 * n, T0 + 500);
+    expect(again.map((d) => d.message.message_id)).toEqual(ids);
+  });
+
+  it('appends the audit log through both at once as one chain', async () => {
+    const { a, b } = await replicas();
+    const entry = (i: number) => ({
+      op: 'audit' as const,
+      entry: { at: T0 + i, actor: 'operator:alice', action: 'pause', target: `x${i}`, detail: {} },
+    });
+    await Promise.all(
+      [a, b].map(async (s, k) => {
+        for (let i = 0; i < 15; i++) await s.commit([entry(k * 100 + i)]);
+      }),
+    );
+    const log = await a.audit(0, 100);
+    expect(log.map((e) => e.seq)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+    for (const [i, e] of log.entries()) {
+      expect(e.prev_hash).toBe(i === 0 ? '0'.repeat(64) : log[i - 1]!.hash);
+    }
   });
 });
 

@@ -8,7 +8,7 @@ import { api, type Json } from './api.js';
 import { dataTable, el, fail, text, time } from './dom.js';
 import type { View } from './view.js';
 
-const REFRESH_MS = 20000;
+const REFRESH_MS = 2000;
 
 interface Row {
   readonly cells: HTMLTableCellElement[];

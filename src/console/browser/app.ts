@@ -30,6 +30,9 @@ const DEFAULT_ROUTE = '#/agents';
 const main = document.getElementById('view')!;
 const signOut = document.getElementById('sign-out') as HTMLButtonElement;
 
+/** The view shown ('' before the first and on the sign-in form). */
+let shown = '';
+
 /** Stops the view shown: its timers and its requests in flight. */
 let leave: () => void = () => {};
 
@@ -91,11 +94,16 @@ function render(): void {
   if (heading !== null) {
     heading.tabIndex = -1;
     document.title = `${heading.textContent} · agent-gateway console`;
+    // a new view (not a new search in the same one): focus goes to its heading, as a page load
+    // would put a screen reader at the top
+    if (shown !== '' && shown !== name) heading.focus();
   }
+  shown = name;
 }
 
 function showSignIn(): void {
   stop();
+  shown = '';
   signOut.hidden = true;
   markNav('');
   document.title = 'Sign in · agent-gateway console';
@@ -149,6 +157,12 @@ signOut.addEventListener('click', () => {
 window.addEventListener(SIGNED_OUT, () => {
   clearToken();
   showSignIn();
+});
+
+// "Skip to content" moves focus without touching the hash, which names the view
+document.querySelector('.skip')?.addEventListener('click', (e) => {
+  e.preventDefault();
+  main.focus();
 });
 
 window.addEventListener('hashchange', render);

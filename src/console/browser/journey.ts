@@ -92,7 +92,7 @@ export const journeyView: View = ({ root, arg, signal }) => {
           ['Sender', text(m.sender)],
           ['Kind', text(m.kind)],
           ['Priority', text(m.priority)],
-          ['Created', time(m.created_at)],
+          ['Sent', time(m.timestamp_iso8601 ?? m.created_at)],
           ['Accepted', time(j.accepted_at)],
           ['Thread', threadLink(m.thread_id)],
         ]),

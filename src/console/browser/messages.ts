@@ -15,7 +15,7 @@ export const MESSAGE_COLUMNS: readonly Column<Json>[] = [
   { header: 'Sender', cell: (m) => text(m.sender) },
   { header: 'Kind', cell: (m) => text(m.kind) },
   { header: 'Priority', cell: (m) => text(m.priority) },
-  { header: 'Created', cell: (m) => time(m.created_at) },
+  { header: 'Sent', cell: (m) => time(m.timestamp_iso8601 ?? m.created_at) },
   { header: 'Thread', cell: (m) => threadLink(m.thread_id) },
   { header: 'Payload', cell: (m) => payloadCell(m.payload) },
 ];

@@ -5,8 +5,9 @@
  * and everything is copied in one transaction: channels with their counters, messages with
  * every column and their ids, deliveries in their states, dead letters, agents (last contact,
  * and the queue depths and stored bytes the PostgreSQL schema keeps per agent, counted from the
- * copied rows), threads, the alert aggregation, and the journeys' delivery events and last
- * polls. Then the id sequences are moved past the copied ids. The source is read through its handle only: no SQLite store file is imported.
+ * copied rows), threads, the alert aggregation, the journeys' delivery events and last
+ * polls, and the operators' rows (pauses, with who is paused now; redrives; the audit log, its
+ * hash chain as it is). Then the id sequences are moved past the copied ids. The source is read through its handle only: no SQLite store file is imported.
  */
 import type Database from 'better-sqlite3';
 import pg from 'pg';
@@ -28,12 +29,15 @@ export interface CopyCounts {
   alerts: number;
   events: number;
   polls: number;
+  pauses: number;
+  redrives: number;
+  audit: number;
 }
 
 /** The tables the copy writes, locked against every writer (other adapters) until COMMIT. */
 const TABLES =
   'channels, agents, messages, deliveries, dead_letters, threads, alert_state, delivery_events, ' +
-  'agent_polls';
+  'agent_polls, agent_pauses, redrives, audit_log';
 
 /** Copies `source` into the empty database at `url`; the counts of what was copied. */
 export async function copyFromSqlite(source: Database.Database, url: string): Promise<CopyCounts> {
@@ -64,8 +68,15 @@ export async function copyFromSqlite(source: Database.Database, url: string): Pr
       alerts: await copyAlertState(source, client),
       events: await copyEvents(source, client),
       polls: await copyPolls(source, client),
+      ...(await copyOperators(source, client)),
     };
-    for (const table of ['messages', 'deliveries', 'dead_letters', 'delivery_events'])
+    for (const table of [
+      'messages',
+      'deliveries',
+      'dead_letters',
+      'delivery_events',
+      'agent_pauses',
+    ])
       await client.query(
         `SELECT setval(pg_get_serial_sequence('${table}', 'id'), max(id)) FROM ${table}
          HAVING max(id) IS NOT NULL`,
@@ -96,7 +107,11 @@ async function refuseIfNotEmpty(client: pg.Client): Promise<void> {
     SELECT (SELECT max(version) FROM agw_schema) AS version,
            EXISTS (SELECT 1 FROM messages) OR EXISTS (SELECT 1 FROM deliveries)
              OR EXISTS (SELECT 1 FROM dead_letters)
-             OR EXISTS (SELECT 1 FROM channels WHERE last_seq > 0) AS used`);
+             OR EXISTS (SELECT 1 FROM channels WHERE last_seq > 0)
+             -- an operator's acts on an adapter already running on it: ids and the audit
+             -- log's chain would collide with the copied ones
+             OR EXISTS (SELECT 1 FROM agent_pauses) OR EXISTS (SELECT 1 FROM redrives)
+             OR EXISTS (SELECT 1 FROM audit_log) AS used`);
   const [{ version, used }] = rows as [{ version: number | null; used: boolean }];
   if (version !== PG_MIGRATIONS.length)
     throw new CopyRefusal(
@@ -437,4 +452,76 @@ async function copyPolls(source: Database.Database, client: pg.Client): Promise<
     [column(rows, 'agent'), column(rows, 'last_poll')],
   );
   return rows.length;
+}
+
+/**
+ * The operators' rows (docs/design/operators.md): each pause and resume, with each agent's last
+ * one, when a pause, in its agents row (where PostgreSQL's leases read it); the redrives with
+ * their cursors; the audit log, hashes and all.
+ */
+async function copyOperators(
+  source: Database.Database,
+  client: pg.Client,
+): Promise<{ pauses: number; redrives: number; audit: number }> {
+  const pauses = source
+    .prepare<[], { id: number; agent: string; at: number; event: string; by: string }>(
+      'SELECT id, agent, at, event, by FROM agent_pauses ORDER BY id',
+    )
+    .all();
+  await client.query(
+    `INSERT INTO agent_pauses (id, agent, at, event, by)
+     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[])`,
+    [
+      column(pauses, 'id'),
+      column(pauses, 'agent'),
+      column(pauses, 'at'),
+      column(pauses, 'event'),
+      column(pauses, 'by'),
+    ],
+  );
+  const last = new Map(pauses.map((p) => [p.agent, p]));
+  const paused = [...last.values()].filter((p) => p.event === 'paused');
+  await client.query(
+    `INSERT INTO agents (id, paused_at, paused_by)
+     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])
+     ON CONFLICT (id) DO UPDATE SET paused_at = excluded.paused_at, paused_by = excluded.paused_by`,
+    [column(paused, 'agent'), column(paused, 'at'), column(paused, 'by')],
+  );
+  const redrives = source.prepare<[], Record<string, unknown>>('SELECT * FROM redrives').all();
+  const redriveColumns = [
+    ['id', 'text'],
+    ['created_at', 'bigint'],
+    ['by', 'text'],
+    ['selection', 'text'],
+    ['max_dead', 'bigint'],
+    ['rate', 'int'],
+    ['total', 'int'],
+    ['done', 'int'],
+    ['skipped', 'int'],
+    ['state', 'text'],
+    ['cursor_message', 'bigint'],
+    ['cursor_dead', 'bigint'],
+  ] as const;
+  await client.query(
+    `INSERT INTO redrives (${redriveColumns.map(([c]) => c).join(', ')})
+     SELECT * FROM unnest(${redriveColumns.map(([, t], i) => `$${i + 1}::${t}[]`).join(', ')})`,
+    redriveColumns.map(([c]) => redrives.map((r) => r[c])),
+  );
+  let audit = 0;
+  for (const rows of batches<{ id: number } & Record<string, unknown>>(
+    source,
+    `SELECT seq AS id, at, actor, action, target, detail, prev_hash, hash
+     FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?`,
+  )) {
+    await client.query(
+      `INSERT INTO audit_log (seq, at, actor, action, target, detail, prev_hash, hash)
+       SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+         $6::text[], $7::text[], $8::text[])`,
+      ['id', 'at', 'actor', 'action', 'target', 'detail', 'prev_hash', 'hash'].map((k) =>
+        rows.map((r) => r[k]),
+      ),
+    );
+    audit += rows.length;
+  }
+  return { pauses: pauses.length, redrives: redrives.length, audit };
 }

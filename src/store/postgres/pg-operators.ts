@@ -6,7 +6,7 @@
  * locked by the step that moves it; the audit log's end is held by LOCK_AUDIT. The statements
  * built from a filter are here; the fixed ones are in pg-sql.ts.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import {
   auditEntry,
   GENESIS_HASH,
@@ -231,15 +231,18 @@ export function setPaused(
   return pauseAnswer(before, after);
 }
 
-/** A redrive of the dead letters existing now (up to the highest id) that match `selection`. */
+/**
+ * Redrive `id` (the adapter's, rules/operators.ts assertRedriveId's form) of the dead letters
+ * existing now (up to the highest id) that match `selection`.
+ */
 export async function createRedrive(
   tx: Tx,
+  id: string,
   by: string,
   selection: RedriveSelection,
   rate: number,
   now: number,
 ): Promise<{ redrive_id: string; count: number }> {
-  const id = `rd_${randomBytes(8).toString('hex')}`;
   const json = selectionJson(selection);
   const sel = parseSelection(json);
   // A dead letter of a transaction not yet committed may have a lower id and be taken by the

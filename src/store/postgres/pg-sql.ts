@@ -200,7 +200,7 @@ export const PG_MIGRATIONS: readonly string[] = [
     event text   NOT NULL, -- paused, resumed
     by    text   NOT NULL
   );
-  CREATE INDEX IF NOT EXISTS agent_pauses_by_agent ON agent_pauses (agent, at);
+  CREATE INDEX IF NOT EXISTS agent_pauses_by_at ON agent_pauses (at);
   CREATE TABLE IF NOT EXISTS redrives (
     id             text    PRIMARY KEY,
     created_at     bigint  NOT NULL,
@@ -550,12 +550,10 @@ export const PG_SQL = {
   setPaused: `
     WITH a AS (UPDATE agents SET paused_at = $2, paused_by = $3 WHERE id = $1)
     INSERT INTO agent_pauses (agent, at, event, by) VALUES ($1, $4, $5, $6)`,
-  pausesSince: `
-    SELECT agent, at, event, by FROM agent_pauses
-    WHERE agent = ANY($1::text[]) AND at >= $2 ORDER BY id`,
-  pausedNow: `
-    SELECT id, paused_at, paused_by FROM agents
-    WHERE id = ANY($1::text[]) AND paused_at IS NOT NULL`,
+  // every agent's, as SQLite's: a journey reads its recipients' (pauses are an operator's acts,
+  // a few rows)
+  pausesSince: 'SELECT agent, at, event, by FROM agent_pauses WHERE at >= $1 ORDER BY id',
+  pausedNow: 'SELECT id, paused_at, paused_by FROM agents WHERE paused_at IS NOT NULL',
   /** Each agent's state for GET /v1/agents: its row, counts, open dead letters, last poll. */
   agentStates: `
     SELECT u.id, a.last_seen, a.depth, a.critical, a.paused_at, a.paused_by, p.last_poll,

@@ -587,7 +587,7 @@ export class PgStore implements Store {
         return answer;
       }
       case 'redrive_create':
-        return await createRedrive(tx, op.by, op.selection, op.rate, op.now);
+        return await createRedrive(tx, op.id, op.by, op.selection, op.rate, op.now);
       case 'redrive_step':
         return await stepRedrive(
           tx,
@@ -1122,12 +1122,11 @@ export class PgStore implements Store {
         if (m === undefined) return undefined;
         const copies = await read<JourneyCopyRow>('journeyCopies', [m.id]);
         const events = await read<JourneyEventRow>('journeyEvents', [m.id]);
-        // the recipients' pauses since the message was accepted, and who is paused now
-        const recipients = [...new Set(copies.map((c) => c.recipient))];
-        const pauses = await read<PauseEvent>('pausesSince', [recipients, at]);
+        // the pauses since the message was accepted, and who is paused now
+        const pauses = await read<PauseEvent>('pausesSince', [at]);
         const paused = await read<{ id: string; paused_at: number; paused_by: string }>(
           'pausedNow',
-          [recipients],
+          [],
         );
         const rows = await journeyRows(at, copies, events, {
           head: async (recipient, channel) =>

@@ -38,8 +38,23 @@ export function messageSize(bodyBytes: number, recipients: number): number {
 }
 
 /** A draft's size before it is written (its JSON is not made yet): payload plus HEAD_BYTES. */
-export function draftSize(d: MessageDraft): number {
-  return messageSize(Buffer.byteLength(d.payloadJson) + HEAD_BYTES, d.recipients.length);
+export function draftSize(d: MessageDraft, indexBytes = 0): number {
+  return messageSize(
+    Buffer.byteLength(d.payloadJson) + HEAD_BYTES + indexBytes,
+    d.recipients.length,
+  );
+}
+
+/**
+ * The characters of a message's text (its payload's strings, then its kind) that full-text
+ * search indexes on SQLite (sqlite/sql.ts, migration 9): the first 4,096. A bound on what the
+ * index adds to a message, which the SQLite store counts against its sender with the message.
+ */
+export const SEARCH_TEXT_CHARS = 4096;
+
+/** What the search index adds to a message's size: at most its text's first SEARCH_TEXT_CHARS. */
+export function searchIndexBytes(d: MessageDraft): number {
+  return Math.min(d.payloadJson.length, SEARCH_TEXT_CHARS) + d.kind.length;
 }
 
 /**

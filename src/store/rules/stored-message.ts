@@ -176,10 +176,11 @@ export function newMessage(
   seq: number,
   d: MessageDraft,
   placed: Placement,
+  indexBytes = 0,
 ): { assignment: Assignment; row: MessageRow; size: number; priority: number } {
   const a = assignment(id, d.channel, seq, d.receivedAt, d, placed.threadId ?? id, placed.hop);
   const body = messageJson(a, d, placed);
-  const size = messageSize(Buffer.byteLength(body), d.recipients.length);
+  const size = messageSize(Buffer.byteLength(body) + indexBytes, d.recipients.length);
   const priority = d.priority === 'critical' ? 1 : 0;
   const row: MessageRow = [
     id,

@@ -209,7 +209,8 @@ export const MIGRATIONS: readonly string[] = [
   // 9: operators (docs/design/operators.md). Pauses and resumes of an agent's deliveries (the
   // last row of an agent says whether it is paused); bulk redrives with their cursor and counts;
   // the audit log, a hash chain; full-text search over each message's payload text and kind
-  // (contentless FTS5, filled and emptied by triggers with the message rows); the open dead
+  // (contentless FTS5, filled and emptied by triggers with the message rows; the first 4,096
+  // characters of the text, rules/storage.ts SEARCH_TEXT_CHARS); the open dead
   // letters (not replayed) by recipient and in message order, for counts, filters and redrives.
   `
   CREATE TABLE IF NOT EXISTS agent_pauses (
@@ -252,13 +253,16 @@ export const MIGRATIONS: readonly string[] = [
     body, kind, content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
   );
   INSERT INTO message_text (rowid, body, kind)
-    SELECT id, (SELECT group_concat(value, ' ') FROM json_tree(body, '$.payload') WHERE type = 'text'),
+    SELECT id,
+           substr((SELECT group_concat(value, ' ') FROM json_tree(body, '$.payload')
+                   WHERE type = 'text'), 1, 4096),
            kind
     FROM messages;
   CREATE TRIGGER IF NOT EXISTS message_text_insert AFTER INSERT ON messages BEGIN
     INSERT INTO message_text (rowid, body, kind) VALUES (
       new.id,
-      (SELECT group_concat(value, ' ') FROM json_tree(new.body, '$.payload') WHERE type = 'text'),
+      substr((SELECT group_concat(value, ' ') FROM json_tree(new.body, '$.payload')
+              WHERE type = 'text'), 1, 4096),
       new.kind);
   END;
   CREATE TRIGGER IF NOT EXISTS message_text_delete AFTER DELETE ON messages BEGIN

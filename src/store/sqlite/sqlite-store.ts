@@ -22,7 +22,7 @@ import {
   messageStatusOf,
   threadPage,
 } from '../rules/read-views.js';
-import { draftSize } from '../rules/storage.js';
+import { draftSize, searchIndexBytes } from '../rules/storage.js';
 import {
   alertDraft,
   type BodyRow,
@@ -301,7 +301,7 @@ export class SqliteStore implements Store {
     // A storage bound refuses an agent's message before it takes a number (storage-budget.ts);
     // the adapter's own alerts always pass: small, a few a minute, and they tell of the trouble.
     if (d.sender !== ADAPTER_SENDER) {
-      const refused = this.#budget.admit(d.sender, draftSize(d));
+      const refused = this.#budget.admit(d.sender, draftSize(d, searchIndexBytes(d)));
       if (refused !== undefined) {
         this.#alerts.raise(d.sender, 'storage_full', undefined, 0, d.receivedAt);
         return rejected(refused);
@@ -310,7 +310,8 @@ export class SqliteStore implements Store {
     const seq = this.#s.nextSeq.get(d.channel);
     if (seq === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
     this.#holdsMessage = true;
-    const m = newMessage(uuidv7(d.receivedAt), seq, d, placed);
+    // its size counts what the search index adds (rules/storage.ts, searchIndexBytes)
+    const m = newMessage(uuidv7(d.receivedAt), seq, d, placed, searchIndexBytes(d));
     const { lastInsertRowid } = this.#s.insertMessage.run(...m.row);
     this.#threads.record(placed, d.receivedAt);
     this.#budget.add(d.sender, m.size);

@@ -319,7 +319,8 @@ export function deliveriesConformance(name: string, open: Open): void {
       });
       expect(second.effects.woken.size).toBe(0);
       expect(await h.depth('qa')).toEqual({ all: 1, critical: 1 });
-      expect((await h.deadLetters())[0]?.replay_delivery_id).toBe(replay!.delivery_id);
+      // replayed: it has left the dead letters (its journey keeps the redriven event)
+      expect(await h.deadLetters()).toEqual([]);
       const leased = await h.lease('qa', 10, T0 + 300);
       expect(leased).toMatchObject([
         { delivery_id: replay!.delivery_id, attempt: 1, message: { message_id: m!.message_id } },

@@ -13,6 +13,7 @@ import { opener, type StoreFactory } from './harness.js';
 import { journeyConformance } from './journey.js';
 import { messagesConformance } from './messages.js';
 import { operationsConformance } from './operations.js';
+import { operatorsConformance } from './operators.js';
 import { queuesConformance } from './queues.js';
 
 export type { OpenedStore, StoreFactory } from './harness.js';
@@ -24,4 +25,5 @@ export function storeConformance(name: string, factory: StoreFactory): void {
   deliveriesConformance(name, open);
   operationsConformance(name, open);
   journeyConformance(name, open);
+  operatorsConformance(name, open);
 }

@@ -143,15 +143,26 @@ export function operationsConformance(name: string, open: Open): void {
     it('answers a heartbeat with the depths and shows last_seen as ISO in agents()', async () => {
       const h = await open();
       await h.send(draft({ channel: '@qa' }), draft({ channel: '@qa', priority: 'critical' }));
-      expect(await h.store.agents(['qa', 'pm'])).toEqual([
-        { id: 'qa', last_seen: null, queue_depth: 2, critical_depth: 1 },
-        { id: 'pm', last_seen: null, queue_depth: 0, critical_depth: 0 },
+      expect(await h.store.agents(['qa', 'pm'])).toMatchObject([
+        {
+          id: 'qa',
+          last_seen: null,
+          queue_depth: 2,
+          critical_depth: 1,
+          last_poll: null,
+          pending: 2,
+          critical_pending: 1,
+          leased: 0,
+          dead_letters: 0,
+          paused: false,
+        },
+        { id: 'pm', last_seen: null, queue_depth: 0, critical_depth: 0, pending: 0 },
       ]);
       expect(await h.one({ op: 'heartbeat', agent: 'qa', now: T0 + 500 })).toEqual({
         pending: 2,
         critical_pending: 1,
       });
-      expect(await h.store.agents(['pm', 'qa'])).toEqual([
+      expect(await h.store.agents(['pm', 'qa'])).toMatchObject([
         { id: 'pm', last_seen: null, queue_depth: 0, critical_depth: 0 },
         { id: 'qa', last_seen: iso(T0 + 500), queue_depth: 2, critical_depth: 1 },
       ]);
@@ -162,7 +173,7 @@ export function operationsConformance(name: string, open: Open): void {
         pending: 1,
         critical_pending: 1,
       });
-      expect(await h.store.agents(['qa'])).toEqual([
+      expect(await h.store.agents(['qa'])).toMatchObject([
         { id: 'qa', last_seen: iso(T0 + 900), queue_depth: 1, critical_depth: 1 },
       ]);
     });
