@@ -82,6 +82,7 @@ try {
   console.log(`
   try:  curl -s --json '{"to":"product","kind":"status","payload":{"text":"hello"}}' ${rows[2][1]}/v1/messages
         curl -s '${rows[4][1]}/v1/inbox?wait=5'
+  console:  ${adapterUrl}/console  (token: dev-token-operator:alice)
 `);
 } catch (err) {
   console.error(`local stack failed to start: ${err.message}`);

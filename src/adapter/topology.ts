@@ -189,6 +189,10 @@ export function compileTopology(
     if (other !== undefined)
       fail(`operators.${i}.token_sha256: operator "${o.id}" has the same token as "${other}"`);
     hashes.set(hash, operatorName(o.id));
+    if (hash === sha256Hex(devToken(operatorName(o.id))) && opts.allowDevTokens !== true)
+      fail(
+        `operators.${i}.token_sha256: operator "${o.id}" has the hash of the public development token "${devToken(operatorName(o.id))}": put the SHA-256 of a random token there (docs/operators.md), or set AGW_ALLOW_DEV_TOKENS=1 for local development`,
+      );
     operators.set(o.id, { id: o.id, tokenHash: Buffer.from(hash, 'hex') });
   });
   return { agents, channels, alertsTo: parsed.data.alerts_to, operators };

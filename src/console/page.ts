@@ -203,7 +203,12 @@ export function consoleAsset(name: string): ConsoleAsset | undefined {
   if (!modules.has(name)) return undefined;
   let body = modules.get(name);
   if (body === undefined) {
-    body = readFileSync(fileURLToPath(new URL(name, BUILT)));
+    try {
+      body = readFileSync(fileURLToPath(new URL(name, BUILT)));
+    } catch {
+      modules.delete(name); // gone since it was listed
+      return undefined;
+    }
     modules.set(name, body);
   }
   return { body, contentType: 'text/javascript; charset=utf-8' };

@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli } from '../helpers/cli.js';
-import { tempDir, topologyObject, writeTopology } from '../helpers/topology.js';
+import { sha256Hex, tempDir, topologyObject, writeTopology } from '../helpers/topology.js';
 
 const { dir, cleanup } = tempDir('agw-cli-');
 afterAll(cleanup);
@@ -121,6 +121,30 @@ describe('bad topology', () => {
       ['alerts_to', 'unknown agent "nobody"'],
     ],
     ['an unknown key', { ...base, chanels: [] }, ['chanels']],
+    [
+      "an operator with an agent's token",
+      { ...base, operators: [{ id: 'bob', token_sha256: base.agents[2]!.token_sha256 }] },
+      ['operators.0.token_sha256', 'operator "bob" has the same token as "engineering"'],
+    ],
+    [
+      'a duplicate operator',
+      {
+        ...base,
+        operators: [
+          { id: 'bob', token_sha256: 'c'.repeat(64) },
+          { id: 'bob', token_sha256: 'd'.repeat(64) },
+        ],
+      },
+      ['operators.1.id', 'duplicate operator id "bob"'],
+    ],
+    [
+      "an operator holding the public development token's hash",
+      {
+        ...base,
+        operators: [{ id: 'carol', token_sha256: sha256Hex('dev-token-operator:carol') }],
+      },
+      ['operators.0.token_sha256', 'dev-token-operator:carol', 'AGW_ALLOW_DEV_TOKENS'],
+    ],
     [
       'the reserved id',
       { ...base, agents: [...base.agents, { id: 'adapter', token_sha256: 'b'.repeat(64) }] },
