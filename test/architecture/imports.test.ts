@@ -20,6 +20,18 @@ const NEVER: Record<string, readonly string[]> = {
   sidecar: ['adapter', 'client', 'cli'],
   log: ['adapter', 'sidecar', 'store', 'client', 'cli'],
   cli: ['client'],
+  // the console's page and its browser modules: served by the adapter, talking to it over HTTP only
+  console: [
+    'adapter',
+    'sidecar',
+    'store',
+    'journald',
+    'client',
+    'cli',
+    'log',
+    'settings',
+    'protocol',
+  ],
 };
 
 /** The .ts files under dir; not a package's build output (src/client/dist, made by its prepack). */

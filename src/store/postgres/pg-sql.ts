@@ -233,7 +233,7 @@ export const PG_MIGRATIONS: readonly string[] = [
   -- anything but letters and digits a space
   CREATE OR REPLACE FUNCTION agw_search_text(t text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $f$
-      SELECT regexp_replace(regexp_replace(normalize(t, NFD), '[\u0300-\u036f]+', '', 'g'),
+      SELECT regexp_replace(regexp_replace(normalize(t, NFD), '[\\u0300-\\u036f]+', '', 'g'),
                             '[^[:alnum:]]+', ' ', 'g')
     $f$;
   CREATE OR REPLACE FUNCTION agw_search_vector(body text, kind text) RETURNS tsvector
