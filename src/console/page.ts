@@ -161,6 +161,9 @@ code.payload { display: block; width: max-content; max-width: 30rem; white-space
   /* the row's first cell stays in view while the rest of the row scrolls under it */
   .table-wrap tr > :first-child { position: sticky; left: 0; z-index: 1; background: #ffffff; box-shadow: 1px 0 0 #cbd5e1; }
   .table-wrap thead tr > :first-child { background: #f8fafc; }
+  /* and on the agents view its last, the Pause or Resume button, on the right */
+  .agents tr > :last-child { position: sticky; right: 0; z-index: 1; background: #ffffff; box-shadow: -1px 0 0 #cbd5e1; }
+  .agents thead tr > :last-child { background: #f8fafc; }
 }
 `;
 

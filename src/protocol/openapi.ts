@@ -24,11 +24,13 @@ export const TAGS = {
   messages: 'Sending messages, reading channels and threads, and what became of a message.',
   deliveries:
     'Receiving messages as deliveries leased to the caller, and acking, nacking or extending them.',
-  agents: "Who the caller is, that it is alive, and (alerts_to) every agent's state.",
+  agents:
+    "Who the caller is, that it is alive, and (alerts_to, operators) every agent's state, paused and resumed.",
   'dead-letters': 'Messages that could not be delivered or stored, kept to be seen and replayed.',
   emergencies: 'Alerts to the operators outside the message path.',
   mcp: "The agent's operations as MCP tools.",
   operations: 'Probes, metrics, state and this document: for the platform, not for agents.',
+  operators: 'For the people who run the deployment: the console, the channels, the audit log.',
 } as const;
 
 export type Tag = keyof typeof TAGS;
@@ -39,8 +41,15 @@ export interface DocResponse {
   readonly description: string;
   /** Its body; none for an empty answer. */
   readonly schema?: z.ZodType;
-  /** Default application/json. */
-  readonly contentType?: string;
+  /** Default application/json; several when the same answer comes in one of them. */
+  readonly contentType?: string | readonly string[];
+}
+
+/** A text query parameter (a filter, a search): any string of at most `maxLength` characters. */
+export interface TextQueryParam {
+  readonly name: string;
+  readonly maxLength: number;
+  readonly description: string;
 }
 
 export interface DocOperation {
@@ -55,7 +64,7 @@ export interface DocOperation {
   readonly auth: boolean;
   /** Each :param of the path, by name: its description (its schema is a string). */
   readonly pathParams?: Readonly<Record<string, string>>;
-  readonly query?: readonly QueryParam[];
+  readonly query?: readonly (QueryParam | TextQueryParam)[];
   /** The JSON request body. */
   readonly body?: z.ZodType;
   /** Default true when there is a body. */
@@ -142,7 +151,7 @@ export function openApiDocument(info: DocInfo, ops: readonly DocOperation[]): Js
                 type: 'http',
                 scheme: 'bearer',
                 description:
-                  "An agent's token (the topology keeps its SHA-256): it decides who the caller is.",
+                  "An agent's or an operator's token (the topology keeps its SHA-256): it decides who the caller is.",
               },
             },
           }
@@ -169,7 +178,10 @@ function operation(op: DocOperation, schemas: Json): Json {
       in: 'query',
       required: false,
       description: q.description,
-      schema: { type: 'integer', minimum: q.min, maximum: q.max, default: q.default },
+      schema:
+        'maxLength' in q
+          ? { type: 'string', maxLength: q.maxLength }
+          : { type: 'integer', minimum: q.min, maximum: q.max, default: q.default },
     })),
   ];
   const responses: Json = {};
@@ -179,11 +191,12 @@ function operation(op: DocOperation, schemas: Json): Json {
       ...(r.schema === undefined
         ? {}
         : {
-            content: {
-              [r.contentType ?? 'application/json']: {
-                schema: placed(r.schema, 'output', `${op.operationId}.${r.status}`, schemas),
-              },
-            },
+            content: Object.fromEntries(
+              [r.contentType ?? 'application/json'].flat().map((type) => [
+                type,
+                { schema: placed(r.schema!, 'output', `${op.operationId}.${r.status}`, schemas) },
+              ]),
+            ),
           }),
     };
   }

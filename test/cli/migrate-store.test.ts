@@ -210,7 +210,10 @@ beforeAll(async () => {
     ['pause', 'pm'],
     ['redrive', made.redrive_id],
   ] as const) {
-    await one(store, { op: 'audit', entry: { at: T0 + 17, actor: by, action, target, detail: {} } });
+    await one(store, {
+      op: 'audit',
+      entry: { at: T0 + 17, actor: by, action, target, detail: {} },
+    });
   }
   messageIds = [root, m2!.message_id, m3!.message_id, m4!.message_id];
   before = await snapshot(store, root, messageIds);

@@ -14,8 +14,8 @@ import {
   type PgStoreOptions,
 } from '../../src/store/postgres/pg-store.js';
 import type { PgForeignEffects } from '../../src/store/postgres/pg-wake.js';
-import type { AppendOutcome, MessageDraft, Settled, StoreOp } from '../../src/store/store.js';
 import { newRedriveId } from '../../src/store/rules/operators.js';
+import type { AppendOutcome, MessageDraft, Settled, StoreOp } from '../../src/store/store.js';
 import { testDatabase } from '../helpers/pg.js';
 
 const T0 = Date.UTC(2031, 0, 1);

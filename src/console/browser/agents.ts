@@ -42,6 +42,8 @@ export const agentsView: View = ({ root, signal }) => {
     { header: 'Deliveries', cell: () => el('button', { type: 'button' }) },
   ]);
   const rows = new Map<string, Row>();
+  // at a phone's width the button's column stays in view (console.css)
+  table.element.classList.add('agents');
   root.append(el('h2', {}, 'Agents'), table.element);
 
   async function toggle(id: string): Promise<void> {

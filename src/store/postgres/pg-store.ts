@@ -27,6 +27,7 @@ import {
   type LaneHeadRow,
   POLL_MARK_MS,
 } from '../rules/journey.js';
+import { redriveState } from '../rules/operators.js';
 import { DELIVERY_FIELDS_BYTES, fittingAsync } from '../rules/page-bytes.js';
 import {
   agentState,
@@ -47,16 +48,15 @@ import {
   rejected,
   repeatOutcome,
 } from '../rules/stored-message.js';
-import { redriveState } from '../rules/operators.js';
 import { withThreadFields } from '../rules/thread-rows.js';
 import {
   type AgentState,
   type AppendOutcome,
   type AuditEntry,
   type Committed,
-  type DeadLetterFilter,
   DEFAULT_BUDGETS,
   DEFAULT_STORAGE,
+  type DeadLetterFilter,
   type DeliveryConfig,
   type DeliveryJson,
   DeliveryState,
@@ -81,8 +81,8 @@ import {
 import { AlertFold } from './pg-alerts.js';
 import { type DeliveryRow, PgDeliveries, type ReadyRow } from './pg-deliveries.js';
 import {
-  appendAudit,
   type AuditRow,
+  appendAudit,
   auditView,
   type Built,
   createRedrive,

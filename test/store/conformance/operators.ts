@@ -5,8 +5,8 @@
  * audit log's hash chain, and each channel's last sequence.
  */
 import { describe, expect, it } from 'vitest';
-import { auditEntry, GENESIS_HASH, newRedriveId } from '../../../src/store/rules/operators.js';
 import { recipientJourneys } from '../../../src/store/rules/journey.js';
+import { auditEntry, GENESIS_HASH, newRedriveId } from '../../../src/store/rules/operators.js';
 import type {
   AuditDraft,
   DeadLetterFilter,
@@ -16,7 +16,6 @@ import type {
 import { type DeadLetter, draft, type Harness, idsOf, type Open, T0 } from './harness.js';
 
 const ALICE = 'operator:alice';
-
 
 /** The message_ids a search answers, and its cursor. */
 async function search(
@@ -225,7 +224,10 @@ export function operatorsConformance(name: string, open: Open): void {
         draft({
           channel: 'product',
           sender: 'qa',
-          payloadJson: JSON.stringify({ nested: { deep: { note: 'Billing report ready' } }, n: 42 }),
+          payloadJson: JSON.stringify({
+            nested: { deep: { note: 'Billing report ready' } },
+            n: 42,
+          }),
           at: T0 + 1,
         }),
         draft({
@@ -307,10 +309,7 @@ export function operatorsConformance(name: string, open: Open): void {
       expect(p4).toEqual({ ids: [], nextAfter: null });
       const w0 = await search(h, { q: 'word0', limit: 1 });
       expect(w0.ids).toEqual([ids[4]]);
-      expect((await search(h, { q: 'word0', after: w0.nextAfter! })).ids).toEqual([
-        ids[2],
-        ids[0],
-      ]);
+      expect((await search(h, { q: 'word0', after: w0.nextAfter! })).ids).toEqual([ids[2], ids[0]]);
       // a byte bound: the first always, then what fits
       const one = await h.store.searchMessages({ q: 'common', after: 0, limit: 10 }, 1);
       expect(one.messages).toHaveLength(1);
@@ -338,11 +337,7 @@ export function operatorsConformance(name: string, open: Open): void {
       expect(await ids({ q: 'billing' })).toEqual([dl1, dl3]);
       expect(await ids({ q: 'billing', reason: 'lease_expired', recipient: 'qa' })).toEqual([dl3]);
       expect(await ids({ q: 'billing', recipient: 'pm' })).toEqual([]);
-      expect(await ids({ reason: '', recipient: '', channel: '', q: '' })).toEqual([
-        dl1,
-        dl2,
-        dl3,
-      ]);
+      expect(await ids({ reason: '', recipient: '', channel: '', q: '' })).toEqual([dl1, dl2, dl3]);
       // paged by id
       const after = (await h.store.deadLetters(dl1, 1, undefined, { recipient: 'qa' })).map(
         (j) => (JSON.parse(j) as DeadLetter).id,
@@ -435,8 +430,9 @@ export function operatorsConformance(name: string, open: Open): void {
         expect(JSON.parse(first.detail!)).toEqual({ dead_letter: dl, by: ALICE, redrive: id });
       }
       expect(await h.store.redrive('rd_0000000000000000')).toBeUndefined();
-      expect(await h.one({ op: 'redrive_step', id: 'rd_0000000000000000', max: 1, now: T0 }))
-        .toBeUndefined();
+      expect(
+        await h.one({ op: 'redrive_step', id: 'rd_0000000000000000', max: 1, now: T0 }),
+      ).toBeUndefined();
     });
 
     it('redrives by filter only the dead letters that existed when it was made', async () => {
@@ -457,7 +453,12 @@ export function operatorsConformance(name: string, open: Open): void {
       });
       expect(created.count).toBe(2);
       const later = await rejectNext(h, 'qa', T0 + 11); // after the redrive was made
-      const state = await h.one({ op: 'redrive_step', id: created.redrive_id, max: 10, now: T0 + 12 });
+      const state = await h.one({
+        op: 'redrive_step',
+        id: created.redrive_id,
+        max: 10,
+        now: T0 + 12,
+      });
       expect(state).toMatchObject({ total: 2, done: 2, skipped: 0, state: 'done' });
       expect((await deadLetters(h)).map((d) => d.id)).toEqual([pm, later]);
       expect(qa).not.toContain(later);
@@ -476,9 +477,9 @@ export function operatorsConformance(name: string, open: Open): void {
         now: T0,
       });
       expect(count).toBe(0);
-      expect(await h.one({ op: 'redrive_step', id: redrive_id, max: 1, now: T0 + 1 })).toMatchObject(
-        { total: 0, done: 0, skipped: 0, state: 'done' },
-      );
+      expect(
+        await h.one({ op: 'redrive_step', id: redrive_id, max: 1, now: T0 + 1 }),
+      ).toMatchObject({ total: 0, done: 0, skipped: 0, state: 'done' });
     });
 
     it("says who replayed a single dead letter on its copy's `redriven` event", async () => {
