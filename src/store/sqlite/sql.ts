@@ -254,15 +254,20 @@ export const MIGRATIONS: readonly string[] = [
   );
   INSERT INTO message_text (rowid, body, kind)
     SELECT id,
-           substr((SELECT group_concat(value, ' ') FROM json_tree(body, '$.payload')
-                   WHERE type = 'text'), 1, 4096),
+           CASE WHEN json_valid(body) THEN
+             substr((SELECT group_concat(value, ' ') FROM json_tree(body, '$.payload')
+                     WHERE type = 'text'), 1, 4096)
+           END,
            kind
     FROM messages;
   CREATE TRIGGER IF NOT EXISTS message_text_insert AFTER INSERT ON messages BEGIN
     INSERT INTO message_text (rowid, body, kind) VALUES (
       new.id,
-      substr((SELECT group_concat(value, ' ') FROM json_tree(new.body, '$.payload')
-              WHERE type = 'text'), 1, 4096),
+      -- a body that is not JSON (a row damaged on disk) is indexed by its kind alone
+      CASE WHEN json_valid(new.body) THEN
+        substr((SELECT group_concat(value, ' ') FROM json_tree(new.body, '$.payload')
+                WHERE type = 'text'), 1, 4096)
+      END,
       new.kind);
   END;
   CREATE TRIGGER IF NOT EXISTS message_text_delete AFTER DELETE ON messages BEGIN
