@@ -192,10 +192,12 @@ function operation(op: DocOperation, schemas: Json): Json {
         ? {}
         : {
             content: Object.fromEntries(
-              [r.contentType ?? 'application/json'].flat().map((type) => [
-                type,
-                { schema: placed(r.schema!, 'output', `${op.operationId}.${r.status}`, schemas) },
-              ]),
+              [r.contentType ?? 'application/json']
+                .flat()
+                .map((type) => [
+                  type,
+                  { schema: placed(r.schema!, 'output', `${op.operationId}.${r.status}`, schemas) },
+                ]),
             ),
           }),
     };

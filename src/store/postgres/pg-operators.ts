@@ -199,7 +199,7 @@ export async function lockRedrives(
   const reads = steps.map(async (s) => {
     const r = held.get(s.id);
     if (r === undefined || r.state === 'done') return;
-    const { built, values } = candidatesStatement(r, Math.max(1, s.max));
+    const { built, values } = candidatesStatement(r, Math.max(1, s.max) + 1);
     for (const c of await tx.qBuilt<RedriveCandidate>(built, values)) recipients.add(c.recipient);
   });
   await Promise.all(reads);
@@ -282,10 +282,12 @@ export async function stepRedrive(
   const r = held?.get(id);
   if (r === undefined) return undefined;
   if (r.state === 'done') return redriveState(r);
-  const { built, values } = candidatesStatement(r, max);
+  // one more than it takes: whether any is left after this step, so the last step says done
+  const { built, values } = candidatesStatement(r, max + 1);
   // read again under the row's lock: the same as lockRedrives read, unless a step of this
   // group moved the cursor since (its recipients are then locked now)
-  const rows = await tx.qBuilt<RedriveCandidate>(built, values);
+  const ahead = await tx.qBuilt<RedriveCandidate>(built, values);
+  const rows = ahead.slice(0, max);
   await lockLate(rows.map((c) => c.recipient));
   let { done, skipped } = r;
   let cm = r.cursor_message;
@@ -296,7 +298,7 @@ export async function stepRedrive(
     cm = dl.message;
     cd = dl.id;
   }
-  const finished = rows.length < max;
+  const finished = ahead.length <= max;
   if (finished) skipped = Math.max(skipped, r.total - done);
   const state = finished ? 'done' : 'running';
   tx.write('redriveProgress', [done, skipped, state, cm, cd, id]);

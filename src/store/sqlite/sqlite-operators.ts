@@ -210,7 +210,8 @@ export class Operators {
 
   /**
    * One step of a redrive: up to `max` open dead letters after its cursor in message order,
-   * each replayed by `replay`, the cursor and counts moved with them. Done when none is left;
+   * each replayed by `replay`, the cursor and counts moved with them. Done when none is left
+   * after it;
    * then what the selection held but was no longer open (replayed meanwhile, or an id that was
    * never an open dead letter) is counted skipped.
    */
@@ -224,14 +225,16 @@ export class Operators {
     if (r.state === 'done') return redriveState(r);
     const sel = parseSelection(r.selection);
     const w = this.#openWhere(sel.filter, sel.ids);
-    const rows = this.#prepare(
+    // one more than it takes: whether any is left after this step, so the last step says done
+    const ahead = this.#prepare(
       `SELECT dl.id, dl.message FROM dead_letters dl JOIN messages m ON m.id = dl.message
        WHERE dl.id <= ? AND (dl.message, dl.id) > (?, ?) AND ${w.sql}
        ORDER BY dl.message, dl.id LIMIT ?`,
-    ).all(r.max_dead, r.cursor_message, r.cursor_dead, ...w.params, max) as {
+    ).all(r.max_dead, r.cursor_message, r.cursor_dead, ...w.params, max + 1) as {
       id: number;
       message: number;
     }[];
+    const rows = ahead.slice(0, max);
     let { done, skipped } = r;
     let cm = r.cursor_message;
     let cd = r.cursor_dead;
@@ -241,7 +244,7 @@ export class Operators {
       cm = dl.message;
       cd = dl.id;
     }
-    const finished = rows.length < max;
+    const finished = ahead.length <= max;
     if (finished) skipped = Math.max(skipped, r.total - done);
     const state = finished ? 'done' : 'running';
     this.#s.redriveProgress.run(done, skipped, state, cm, cd, id);
