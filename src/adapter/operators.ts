@@ -138,7 +138,7 @@ export const MAX_REDRIVE_IDS = 10_000;
 /** A body of 10,000 ids and a filter fits easily. */
 export const REDRIVE_BODY_LIMIT = 256 * 1024;
 /** The longest filter or search text. */
-const MAX_TEXT = 256;
+export const MAX_TEXT = 256;
 
 const text = z.string().max(MAX_TEXT, `must be at most ${MAX_TEXT} characters`);
 const FilterSchema = z.strictObject({

@@ -6,7 +6,12 @@
  * test/protocol/openapi-documents-lint.test.ts holds it to the route table.
  */
 import { z } from 'zod';
-import { OPERATIONS, type Operation, type QueryParam } from '../protocol/agent-api.js';
+import {
+  OPERATIONS,
+  type Operation,
+  type OperationName,
+  type QueryParam,
+} from '../protocol/agent-api.js';
 import { MessageSchema } from '../protocol/agent-schemas.js';
 import { deliveryIdsSchema, leaseExtensionSchema, nackSchema } from '../protocol/delivery-ids.js';
 import { EnvelopeSchema } from '../protocol/envelope.js';
@@ -16,10 +21,12 @@ import {
   agentDocOperation,
   type DocOperation,
   openApiDocument,
+  type TextQueryParam,
   withEveryCallErrors,
 } from '../protocol/openapi.js';
 import { PRIORITIES } from '../protocol/priority.js';
 import type { DeadLetterReason } from '../store/store.js';
+import { MAX_REDRIVE_IDS, MAX_TEXT, REDRIVE_RATE } from './operators.js';
 
 const time = z.string().describe('an ISO 8601 time, UTC');
 const status = (value: string) => z.looseObject({ status: z.literal(value) });
@@ -82,7 +89,94 @@ const DeadLetter = z.looseObject({
   ),
 });
 
+/** An agent of GET /v1/agents: its queue, its last contact, its pause. */
+const AgentRow = z.looseObject({
+  id: z.string(),
+  role: z.string().nullable(),
+  last_poll: time.nullable().describe('its last poll the store has seen; null: never'),
+  pending: z.int().min(0).describe('deliveries waiting to be handed out, or for their retry'),
+  critical_pending: z.int().min(0),
+  leased: z.int().min(0),
+  dead_letters: z.int().min(0).describe('its open dead letters (not replayed or redriven)'),
+  stalled: z.boolean().describe('in a stall it was alerted for (`alert/stalled`, AGW_STALL_S)'),
+  paused: z.boolean(),
+  paused_since: time.nullable(),
+  paused_by: z.string().nullable().describe('the operator, `operator:<id>`'),
+  last_seen: time.nullable().describe('its last contact (a heartbeat)'),
+  queue_depth: z.int().min(0).describe('pending plus leased (the older name)'),
+  critical_depth: z.int().min(0).describe('critical pending plus leased'),
+});
+
+/** An agent's pause after POST /v1/agents/{id}/pause or /resume. */
+const PauseAnswer = z.looseObject({
+  agent: z.string(),
+  paused: z.boolean(),
+  since: time.nullable(),
+  by: z.string().nullable().describe('the operator who paused it, `operator:<id>`'),
+  changed: z.boolean().describe('false when it was so already (nothing written)'),
+});
+
+const text = z.string().max(MAX_TEXT);
+const rate = z
+  .int()
+  .min(REDRIVE_RATE.min)
+  .max(REDRIVE_RATE.max)
+  .default(REDRIVE_RATE.default)
+  .describe('dead letters a second');
+/** POST /v1/dead-letters/redrive's body, as operators.ts parses it: `ids` or `filter`. */
+const RedriveBody = z.union([
+  z
+    .strictObject({
+      ids: z.array(z.int().min(1)).min(1).max(MAX_REDRIVE_IDS),
+      rate,
+    })
+    .describe('These dead letters; an id that is no open dead letter is counted skipped'),
+  z
+    .strictObject({
+      filter: z.strictObject({
+        reason: text.optional(),
+        recipient: text.optional(),
+        channel: text.optional(),
+        q: text.optional().describe("words of the message's payload text and kind, all required"),
+      }),
+      rate,
+    })
+    .describe('The open dead letters matching every given field ({} for all of them)'),
+]);
+
+const RedriveState = z.looseObject({
+  redrive_id: z.string(),
+  total: z.int().min(0).describe('the dead letters it took at its creation'),
+  done: z.int().min(0).describe('put back to their recipients so far'),
+  skipped: z.int().min(0).describe('pending again already (replayed or redriven): left alone'),
+  state: z.enum(['running', 'done']),
+  rate: z.int().min(1).describe('dead letters a second'),
+  by: z.string().describe('the operator, `operator:<id>`'),
+  created_at: time,
+});
+
+const AuditEntry = z.looseObject({
+  seq: z.int().min(1),
+  at: time,
+  actor: z.string().describe('`operator:<id>`, the alerts_to agent, or `adapter`'),
+  action: z.string().describe('`pause`, `resume`, `redrive`, `replay`, `message`, ...'),
+  target: z.string().describe('the agent, redrive, dead letter or message acted on'),
+  detail: z.record(z.string(), z.unknown()),
+  prev_hash: z.string().describe("the entry before's `hash` (64 zeros for the first)"),
+  hash: z.string().describe("SHA-256 of `prev_hash` and the entry's canonical JSON, hex"),
+});
+
 const limit = OPERATIONS.readChannel.query.find((q) => q.name === 'limit')!;
+const textParam = (name: string, description: string): TextQueryParam => ({
+  name,
+  maxLength: MAX_TEXT,
+  description: `${description} (at most ${MAX_TEXT} characters; empty: any)`,
+});
+/** GET /v1/messages and GET /v1/dead-letters: words of a message's payload text and its kind. */
+const words = textParam(
+  'q',
+  "words of the message's payload text and its kind, all required, no stemming",
+);
 const cursor: QueryParam = {
   name: 'after',
   min: 0,
@@ -94,12 +188,19 @@ const cursor: QueryParam = {
 /** Codes of the agent operations that only the sidecar answers (it has an outbox, and an upstream). */
 const SIDECAR_ONLY = new Set<ErrorCode>(['adapter_unreachable', 'outbox_full']);
 
+/**
+ * The agent operations an operator may call too (routes.ts: `sender`, `reader`); every other one
+ * is an agent's alone, and an operator's token gets 403 `not_an_agent` there (it has no inbox).
+ */
+const OPERATOR_MAY = new Set<OperationName>(['send', 'messageStatus', 'journey']);
+
 /** An agent operation at the adapter: an agent's token, the sidecar's own codes left out. */
 function shared(op: Operation): DocOperation {
+  const errors = op.errors.filter((code) => !SIDECAR_ONLY.has(code));
   return {
     ...agentDocOperation(op),
     auth: true,
-    errors: op.errors.filter((code) => !SIDECAR_ONLY.has(code)),
+    errors: OPERATOR_MAY.has(op.name) ? errors : [...errors, 'not_an_agent'],
   };
 }
 

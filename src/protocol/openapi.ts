@@ -186,9 +186,10 @@ function operation(op: DocOperation, schemas: Json): Json {
   ];
   const responses: Json = {};
   for (const r of op.responses) {
+    const { schema } = r;
     responses[r.status] = {
       description: r.description,
-      ...(r.schema === undefined
+      ...(schema === undefined
         ? {}
         : {
             content: Object.fromEntries(
@@ -196,7 +197,7 @@ function operation(op: DocOperation, schemas: Json): Json {
                 .flat()
                 .map((type) => [
                   type,
-                  { schema: placed(r.schema!, 'output', `${op.operationId}.${r.status}`, schemas) },
+                  { schema: placed(schema, 'output', `${op.operationId}.${r.status}`, schemas) },
                 ]),
             ),
           }),
