@@ -263,9 +263,43 @@ const ROUTES: readonly DocOperation[] = [
     errors: [],
   },
   {
+    method: 'GET',
+    path: '/console',
+    operationId: 'console',
+    summary: "The operators' console",
+    description:
+      "The console's one HTML page (docs/operators.md): its script and styles come from /console/{file}, nothing from elsewhere (`Content-Security-Policy: default-src 'self'`), and it sets no cookie. The page needs no token; the operator's token, typed into its sign-in form, stays in the tab and goes as a bearer token to the JSON endpoints, which are all the page uses. 404 with AGW_CONSOLE=off.",
+    tag: 'operators',
+    auth: false,
+    responses: [
+      { status: 200, description: 'The page.', schema: z.string(), contentType: 'text/html' },
+    ],
+    errors: ['not_found'],
+  },
+  {
+    method: 'GET',
+    path: '/console/:file',
+    operationId: 'consoleFile',
+    summary: "A file of the console's page",
+    description:
+      "The console's styles (`console.css`) and script modules (`app.js` and those it imports), from the package, with the page's headers. 404 for any other name, and for all with AGW_CONSOLE=off.",
+    tag: 'operators',
+    auth: false,
+    pathParams: { file: 'The file\'s name: `console.css`, `app.js`, ...' },
+    responses: [
+      {
+        status: 200,
+        description: 'The file: styles as text/css, a script module as text/javascript.',
+        schema: z.string(),
+        contentType: ['text/css', 'text/javascript'],
+      },
+    ],
+    errors: ['invalid_request', 'not_found'],
+  },
+  {
     ...shared(OPERATIONS.send),
     description:
-      'Persists one message, then acknowledges it: 201 with the fields the adapter assigned; 200 with `duplicate` true for a repeat of a stored idempotency key (nothing new is stored). Refused with nothing stored otherwise.',
+      "Persists one message, then acknowledges it: 201 with the fields the adapter assigned; 200 with `duplicate` true for a repeat of a stored idempotency key (nothing new is stored). Refused with nothing stored otherwise. An operator's message has the sender `operator:<id>`, may go to any channel or agent, and in a thread is a continuation (hop 0), as the alerts_to agent's is.",
     body: Envelope,
     responses: [
       { status: 201, description: 'Stored.', schema: Ack },
@@ -281,7 +315,7 @@ const ROUTES: readonly DocOperation[] = [
     path: '/v1/messages/batch',
     operationId: 'sendBatch',
     summary: 'Send messages in one request',
-    description: `1 to ${MAX_BATCH} envelopes, each answered as it would have been alone, in order; the accepted ones committed in one transaction. Past the send rate, the first envelope refused and every one after it are answered 429 \`rate_limited\`, so that a client sending the rest again keeps their order. 200 whenever the batch itself is well-formed.`,
+    description: `1 to ${MAX_BATCH} envelopes (an operator's too, as for POST /v1/messages), each answered as it would have been alone, in order; the accepted ones committed in one transaction. Past the send rate, the first envelope refused and every one after it are answered 429 \`rate_limited\`, so that a client sending the rest again keeps their order. 200 whenever the batch itself is well-formed.`,
     tag: 'messages',
     auth: true,
     body: z.object({ messages: z.array(Envelope).min(1).max(MAX_BATCH) }),
@@ -313,14 +347,22 @@ const ROUTES: readonly DocOperation[] = [
     description: `${OPERATIONS.extendLeases.description} The most \`extend_ms\` shown is AGW_MAX_LEASE_MS's default, ${DEFAULT_MAX_LEASE_MS} ms; the adapter's setting rules.`,
     body: leaseExtensionSchema(DEFAULT_MAX_LEASE_MS),
   },
-  shared(OPERATIONS.messageStatus),
-  shared(OPERATIONS.journey),
+  {
+    ...shared(OPERATIONS.messageStatus),
+    description:
+      "For its sender, the alerts_to agent and operators: the message and each recipient's state, attempts and reason.",
+  },
+  {
+    ...shared(OPERATIONS.journey),
+    description:
+      "For its sender, each recipient (its own copy), the alerts_to agent and operators: per recipient, where the copy is now (`cause`, one sentence naming agents and times; `paused` while an operator has paused the recipient), the recipient's last poll, the earlier message holding it back, and every event of its delivery. By message_id, or by the idempotency_key of one of the caller's own sends.",
+  },
   {
     method: 'GET',
     path: '/v1/threads/:thread_id/messages',
     operationId: 'readThread',
     summary: "Read a thread's messages",
-    description: `For the alerts_to agent: every message of a thread, whatever its channel, in commit order (the operator's view of a conversation). Pass \`next_after\` back as \`after\` until a page comes back empty; a page ends early at AGW_MAX_PAGE_BYTES. An unknown thread is an empty page. At most ${PAGE_MAX_LIMIT} messages a page.`,
+    description: `For the alerts_to agent and operators: every message of a thread, whatever its channel, in commit order (the operator's view of a conversation). Pass \`next_after\` back as \`after\` until a page comes back empty; a page ends early at AGW_MAX_PAGE_BYTES. An unknown thread is an empty page. At most ${PAGE_MAX_LIMIT} messages a page.`,
     tag: 'messages',
     auth: true,
     pathParams: { thread_id: "The thread's id: the message_id of its first message." },
@@ -342,21 +384,63 @@ const ROUTES: readonly DocOperation[] = [
     operationId: 'agents',
     summary: "Every agent's state",
     description:
-      'For the alerts_to agent: each agent of the topology, its role, its last contact and its queue.',
+      'For the alerts_to agent and operators: each agent of the topology, in its order: its role, its last poll and last contact, its queue (pending, leased, critical), its open dead letters, whether it is stalled, and its pause.',
     tag: 'agents',
     auth: true,
     responses: [
       {
         status: 200,
         description: 'The agents.',
+        schema: z.looseObject({ agents: z.array(AgentRow) }),
+      },
+    ],
+    errors: ['not_alerts_agent', ...STORE],
+  },
+  {
+    method: 'POST',
+    path: '/v1/agents/:id/pause',
+    operationId: 'pauseAgent',
+    summary: 'Pause deliveries to an agent',
+    description:
+      "For operators: the agent's polls get no deliveries (they wait out their `wait`) until it is resumed; messages to it are still accepted and kept, within its bounds; leases already handed out run their course. Kept in the store: it survives restarts and holds on every replica. Pausing a paused agent changes nothing (`changed` false). In the audit log.",
+    tag: 'agents',
+    auth: true,
+    pathParams: { id: "The agent's id in the topology." },
+    responses: [{ status: 200, description: "The agent's pause.", schema: PauseAnswer }],
+    errors: ['not_operator', 'invalid_request', 'unknown_agent', ...STORE],
+  },
+  {
+    method: 'POST',
+    path: '/v1/agents/:id/resume',
+    operationId: 'resumeAgent',
+    summary: 'Resume deliveries to an agent',
+    description:
+      "For operators: ends the agent's pause and wakes its parked polls (on every replica), which take what waited for it. Resuming an agent that is not paused changes nothing (`changed` false). In the audit log.",
+    tag: 'agents',
+    auth: true,
+    pathParams: { id: "The agent's id in the topology." },
+    responses: [{ status: 200, description: "The agent's pause, ended.", schema: PauseAnswer }],
+    errors: ['not_operator', 'invalid_request', 'unknown_agent', ...STORE],
+  },
+  {
+    method: 'GET',
+    path: '/v1/channels',
+    operationId: 'channels',
+    summary: 'The channels',
+    description:
+      "For the alerts_to agent and operators: each group channel of the topology, in its order, with its members and its last sequence number (0: none yet). Agents' direct channels `@<id>` are not listed.",
+    tag: 'operators',
+    auth: true,
+    responses: [
+      {
+        status: 200,
+        description: 'The channels.',
         schema: z.looseObject({
-          agents: z.array(
+          channels: z.array(
             z.looseObject({
-              id: z.string(),
-              role: z.string().nullable(),
-              last_seen: time.nullable(),
-              queue_depth: z.int().min(0),
-              critical_depth: z.int().min(0),
+              name: z.string(),
+              members: z.array(z.string()),
+              last_sequence: z.int().min(0),
             }),
           ),
         }),
@@ -366,14 +450,45 @@ const ROUTES: readonly DocOperation[] = [
   },
   {
     method: 'GET',
+    path: '/v1/messages',
+    operationId: 'searchMessages',
+    summary: 'Search the messages',
+    description: `For operators: the retained messages matching every given parameter, newest first. \`q\` is full text over the payload's string values and the kind: its words (letters and digits), each required, no stemming, query syntax taken as text; SQLite indexes the first 4,096 characters of a message's text. Pass \`next_after\` back as \`after\` until a page comes back empty; a page ends early at AGW_MAX_PAGE_BYTES. At most ${PAGE_MAX_LIMIT} messages a page.`,
+    tag: 'messages',
+    auth: true,
+    query: [
+      words,
+      textParam('channel', 'a channel, or `@<agent>`'),
+      textParam('sender', 'an agent, or `operator:<id>`'),
+      textParam('kind', 'a kind, exactly'),
+      cursor,
+      limit,
+    ],
+    responses: [
+      {
+        status: 200,
+        description: 'A page of the messages found.',
+        schema: z.looseObject({ messages: z.array(MessageSchema), next_after: nextAfter }),
+      },
+    ],
+    errors: ['not_operator', ...PAGED],
+  },
+  {
+    method: 'GET',
     path: '/v1/dead-letters',
     operationId: 'deadLetters',
     summary: 'The dead letters',
     description:
-      'For the alerts_to agent: deliveries that were given up, oldest first, each with its reason and its message. A page ends early at AGW_MAX_PAGE_BYTES; pass `next_after` back as `after`.',
+      'For the alerts_to agent and operators: the open deliveries that were given up (a replayed or redriven one leaves the list), oldest first, each with its reason and its message, matching every filter given. A page ends early at AGW_MAX_PAGE_BYTES; pass `next_after` back as `after`.',
     tag: 'dead-letters',
     auth: true,
-    query: OPERATIONS.outboxDeadLetters.query,
+    query: [
+      ...OPERATIONS.outboxDeadLetters.query,
+      textParam('reason', 'a dead-letter reason: `rejected`, `lease_expired`, ...'),
+      textParam('recipient', 'the agent it was for'),
+      textParam('channel', "its message's channel, or `@<agent>`"),
+      words,
+    ],
     responses: [
       {
         status: 200,
@@ -389,7 +504,7 @@ const ROUTES: readonly DocOperation[] = [
     operationId: 'replayDeadLetter',
     summary: 'Replay a dead letter',
     description:
-      'For the alerts_to agent: a fresh delivery of the message to the same recipient, attempts reset. Replaying it again creates nothing and answers the same delivery_id.',
+      'For the alerts_to agent and operators: a fresh delivery of the message to the same recipient, attempts reset; the dead letter leaves the list. Replaying it again creates nothing and answers the same delivery_id. In the audit log.',
     tag: 'dead-letters',
     auth: true,
     pathParams: { id: "The dead letter's id (digits)." },
@@ -406,6 +521,58 @@ const ROUTES: readonly DocOperation[] = [
       },
     ],
     errors: ['not_alerts_agent', 'not_found', 'unknown_dead_letter', ...STORE],
+  },
+  {
+    method: 'POST',
+    path: '/v1/dead-letters/redrive',
+    operationId: 'redriveDeadLetters',
+    summary: 'Redrive dead letters in bulk',
+    description: `For operators: puts back, at \`rate\` a second (default ${REDRIVE_RATE.default}), the dead letters named by \`ids\` (at most ${MAX_REDRIVE_IDS}) or the open ones matching \`filter\` when it is made (later ones are not part of it). Answered at once with its id and how many it took; it runs in steps, one commit each, and goes on after a restart. Each copy goes back to its recipient once and leaves the dead letters; one recipient's messages of a channel are handed over in sequence order whatever order they were selected in; one pending again already is skipped. Its progress: GET /v1/redrives/{id}. In the audit log.`,
+    tag: 'dead-letters',
+    auth: true,
+    body: RedriveBody,
+    responses: [
+      {
+        status: 202,
+        description: 'Started.',
+        schema: z.looseObject({
+          redrive_id: z.string(),
+          count: z.int().min(0).describe('the dead letters it takes (its `total`)'),
+        }),
+      },
+    ],
+    errors: ['not_operator', 'invalid_json', 'invalid_request', ...STORE],
+  },
+  {
+    method: 'GET',
+    path: '/v1/redrives/:id',
+    operationId: 'redrive',
+    summary: "A redrive's progress",
+    description:
+      'For operators: how many of its dead letters a redrive has put back and skipped, and whether it is done. 404 `not_found` for an unknown id.',
+    tag: 'dead-letters',
+    auth: true,
+    pathParams: { id: 'The `redrive_id` its POST answered (`rd_` and hex digits).' },
+    responses: [{ status: 200, description: 'Its progress.', schema: RedriveState }],
+    errors: ['not_operator', 'invalid_request', 'not_found', ...STORE],
+  },
+  {
+    method: 'GET',
+    path: '/v1/audit',
+    operationId: 'audit',
+    summary: 'The audit log',
+    description: `For operators: every act of an operator or of the alerts_to agent that changed something (pause, resume, redrive, replay, an operator's message), oldest first, each written in the commit of its act and hash-chained to the one before. Pass \`next_after\` (the last entry's \`seq\`) back as \`after\` until a page comes back empty. At most ${PAGE_MAX_LIMIT} entries a page.`,
+    tag: 'operators',
+    auth: true,
+    query: [cursor, limit],
+    responses: [
+      {
+        status: 200,
+        description: 'A page of the audit log.',
+        schema: z.looseObject({ entries: z.array(AuditEntry), next_after: nextAfter }),
+      },
+    ],
+    errors: ['not_operator', 'invalid_request', ...STORE],
   },
 ];
 
@@ -430,7 +597,7 @@ export function adapterOpenApiDocument(version: string): Record<string, unknown>
       title: 'agent-gateway adapter',
       version,
       description:
-        "The central adapter (docs/reference/adapter-api.md): it stores each message durably, fans it out to its channel's members, and hands each recipient its deliveries in order under a lease. Every /v1 endpoint takes an agent's bearer token; a POST with a body is `Content-Type: application/json`.",
+        "The central adapter (docs/reference/adapter-api.md): it stores each message durably, fans it out to its channel's members, and hands each recipient its deliveries in order under a lease. Every /v1 endpoint takes a bearer token, an agent's or an operator's (docs/operators.md), and says whose; a POST with a body is `Content-Type: application/json`.",
       servers: [
         {
           url: 'http://agent-gateway-adapter:8080',
