@@ -285,7 +285,7 @@ const ROUTES: readonly DocOperation[] = [
       "The console's styles (`console.css`) and script modules (`app.js` and those it imports), from the package, with the page's headers. 404 for any other name, and for all with AGW_CONSOLE=off.",
     tag: 'operators',
     auth: false,
-    pathParams: { file: 'The file\'s name: `console.css`, `app.js`, ...' },
+    pathParams: { file: "The file's name: `console.css`, `app.js`, ..." },
     responses: [
       {
         status: 200,

@@ -209,8 +209,9 @@ export const MIGRATIONS: readonly string[] = [
   // 9: operators (docs/design/operators.md). Pauses and resumes of an agent's deliveries (the
   // last row of an agent says whether it is paused); bulk redrives with their cursor and counts;
   // the audit log, a hash chain; full-text search over each message's payload text and kind
-  // (contentless FTS5, filled and emptied by triggers with the message rows; the first 4,096
-  // characters of the text, rules/storage.ts SEARCH_TEXT_CHARS); the open dead
+  // (contentless FTS5: the first 4,096 characters of the text, rules/storage.ts
+  // SEARCH_TEXT_CHARS; filled after the commit by indexForSearch, emptied with the message by
+  // a trigger); the open dead
   // letters (not replayed) by recipient and in message order, for counts, filters and redrives.
   `
   CREATE TABLE IF NOT EXISTS agent_pauses (
@@ -252,24 +253,9 @@ export const MIGRATIONS: readonly string[] = [
   CREATE VIRTUAL TABLE IF NOT EXISTS message_text USING fts5 (
     body, kind, content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
   );
-  INSERT INTO message_text (rowid, body, kind)
-    SELECT id,
-           CASE WHEN json_valid(body) THEN
-             substr((SELECT group_concat(value, ' ') FROM json_tree(body, '$.payload')
-                     WHERE type = 'text'), 1, 4096)
-           END,
-           kind
-    FROM messages;
-  CREATE TRIGGER IF NOT EXISTS message_text_insert AFTER INSERT ON messages BEGIN
-    INSERT INTO message_text (rowid, body, kind) VALUES (
-      new.id,
-      -- a body that is not JSON (a row damaged on disk) is indexed by its kind alone
-      CASE WHEN json_valid(new.body) THEN
-        substr((SELECT group_concat(value, ' ') FROM json_tree(new.body, '$.payload')
-                WHERE type = 'text'), 1, 4096)
-      END,
-      new.kind);
-  END;
+  -- the last message indexed: the index is kept off the commit path (sqlite-operators.ts)
+  CREATE TABLE IF NOT EXISTS message_text_mark (last_message INTEGER NOT NULL);
+  INSERT INTO message_text_mark (last_message) VALUES (0);
   CREATE TRIGGER IF NOT EXISTS message_text_delete AFTER DELETE ON messages BEGIN
     DELETE FROM message_text WHERE rowid = old.id;
   END;
@@ -415,6 +401,22 @@ export const SQL = {
   redriveProgress: `
     UPDATE redrives SET done = ?, skipped = ?, state = ?, cursor_message = ?, cursor_dead = ?
     WHERE id = ?`,
+  // search: the messages after the mark, up to a bound, into the index; then the mark moved
+  searchMark: 'SELECT last_message FROM message_text_mark',
+  indexMessages: `
+    INSERT INTO message_text (rowid, body, kind)
+    SELECT id,
+           -- a body that is not JSON (a row damaged on disk) is indexed by its kind alone
+           CASE WHEN json_valid(body) THEN
+             substr((SELECT group_concat(value, ' ') FROM json_tree(body, '$.payload')
+                     WHERE type = 'text'), 1, 4096)
+           END,
+           kind
+    FROM messages WHERE id > ? ORDER BY id LIMIT ?`,
+  lastOfBatch: `
+    SELECT max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)`,
+  moveSearchMark: 'UPDATE message_text_mark SET last_message = ?',
+  lastMessage: 'SELECT coalesce(max(id), 0) FROM messages',
   lastAudit: 'SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1',
   insertAudit: `
     INSERT INTO audit_log (seq, at, actor, action, target, detail, prev_hash, hash)

@@ -77,6 +77,10 @@ export class Operators {
       redrive: p<RedriveTableRow>(SQL.redrive),
       runningRedrives: p<string>(SQL.runningRedrives).pluck(),
       redriveProgress: p(SQL.redriveProgress),
+      searchMark: p<number>(SQL.searchMark).pluck(),
+      indexMessages: p(SQL.indexMessages),
+      lastOfBatch: p<number | null>(SQL.lastOfBatch).pluck(),
+      moveSearchMark: p(SQL.moveSearchMark),
       lastAudit: p<{ seq: number; hash: string }>(SQL.lastAudit),
       insertAudit: p(SQL.insertAudit),
       audit: p<AuditRow>(SQL.audit),
@@ -258,6 +262,19 @@ export class Operators {
 
   runningRedrives(): string[] {
     return this.#s.runningRedrives.all();
+  }
+
+  /**
+   * Indexes for search up to `max` messages stored after the search mark, and moves the mark;
+   * inside the caller's transaction. How many it indexed (fewer than `max`: caught up).
+   */
+  indexForSearch(max: number): number {
+    const mark = this.#s.searchMark.get() ?? 0;
+    const last = this.#s.lastOfBatch.get(mark, max);
+    if (last === null || last === undefined) return 0;
+    const { changes } = this.#s.indexMessages.run(mark, max);
+    this.#s.moveSearchMark.run(last);
+    return changes;
   }
 
   appendAudit(draft: AuditDraft): AuditEntry {

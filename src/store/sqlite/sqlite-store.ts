@@ -89,6 +89,14 @@ const WRITES_MESSAGES: ReadonlySet<StoreOp['op']> = new Set([
   'audit',
 ]);
 
+/**
+ * The search index's batch: messages indexed in one transaction of their own (a few ms of the
+ * event loop), at most every SEARCH_INDEX_EVERY_MS; 10,000 messages a second at most in the
+ * background, and a search catches up by one batch before it reads.
+ */
+const SEARCH_INDEX_BATCH = 2000;
+const SEARCH_INDEX_EVERY_MS = 200;
+
 export interface SqliteStoreOptions {
   /** full (default) or normal; see SyncMode. */
   readonly sync?: SyncMode;
@@ -123,6 +131,10 @@ export class SqliteStore implements Store {
   #sync: SyncMode;
   /** The group being committed wrote a message (or put a dead letter back in a queue). */
   #holdsMessage = false;
+  /** Messages may wait to be indexed for search (#indexSearch); true at open. */
+  #searchBehind = true;
+  /** Keeps the search index caught up between commits (SEARCH_INDEX_EVERY_MS). */
+  readonly #searchTimer: NodeJS.Timeout;
 
   constructor(file: string, opts: SqliteStoreOptions = {}) {
     this.#file = file;
@@ -181,6 +193,30 @@ export class SqliteStore implements Store {
     });
     // Alerts travel in alerts_to's own channel: its counter must exist before the first one.
     if (this.#alertsTo !== '') this.#ensureChannels([`@${this.#alertsTo}`]);
+    this.#searchTimer = setInterval(
+      () => this.#indexSearch(SEARCH_INDEX_BATCH),
+      SEARCH_INDEX_EVERY_MS,
+    );
+    this.#searchTimer.unref();
+  }
+
+  /**
+   * Indexes what was stored since the last time for search, up to `max` messages, in a
+   * transaction of its own after the commits that stored them, not in them: the index is
+   * derived from the messages (a crash that loses its last batch only has it indexed again),
+   * so it costs a send nothing and is written without an fsync (synchronous NORMAL). Searches
+   * catch up first, so they see every message committed before them (a backlog past one
+   * batch, as after the upgrade that made the index, is worked through in the background).
+   */
+  #indexSearch(max: number): void {
+    if (!this.#searchBehind || !this.#db.open) return;
+    try {
+      this.#useSync('normal');
+      const n = this.#db.transaction(() => this.#ops.indexForSearch(max))();
+      this.#searchBehind = n === max;
+    } catch {
+      // a storage that cannot write now: the next tick tries again; searches miss the rest
+    }
   }
 
   async commit(ops: readonly StoreOp[]): Promise<Committed> {
@@ -271,8 +307,13 @@ export class SqliteStore implements Store {
         return answer;
       }
       case 'redrive_create':
+        // a filter's words find what the index holds: every message committed before it (up
+        // to a bound: a backlog past it, as after an upgrade, is counted as it gets indexed)
+        for (let i = 0; i < 25; i++)
+          if (this.#ops.indexForSearch(SEARCH_INDEX_BATCH) < SEARCH_INDEX_BATCH) break;
         return this.#ops.createRedrive(op.id, op.by, op.selection, op.rate, op.now);
       case 'redrive_step':
+        this.#ops.indexForSearch(SEARCH_INDEX_BATCH);
         return this.#ops.stepRedrive(
           op.id,
           op.max,
@@ -313,6 +354,7 @@ export class SqliteStore implements Store {
     // its size counts what the search index adds (rules/storage.ts, searchIndexBytes)
     const m = newMessage(uuidv7(d.receivedAt), seq, d, placed, searchIndexBytes(d));
     const { lastInsertRowid } = this.#s.insertMessage.run(...m.row);
+    this.#searchBehind = true;
     this.#threads.record(placed, d.receivedAt);
     this.#budget.add(d.sender, m.size);
     const row = Number(lastInsertRowid);
@@ -587,11 +629,13 @@ export class SqliteStore implements Store {
     maxBytes = Infinity,
     filter: DeadLetterFilter = {},
   ): Promise<string[]> {
+    if (filter.q !== undefined) this.#indexSearch(SEARCH_INDEX_BATCH);
     const rows = this.#ops.deadLetterRows(filter, after, limit) as Iterable<DeadRow>;
     return fitting(rows, (r) => deadLetterView(r, (b) => this.#intact(b, true)), maxBytes);
   }
 
   async searchMessages(query: MessageQuery, maxBytes = Infinity): Promise<ThreadPage> {
+    this.#indexSearch(SEARCH_INDEX_BATCH);
     const ids: number[] = [];
     const messages = fitting(
       this.#intactRows(this.#ops.searchRows(query)),
@@ -680,6 +724,7 @@ export class SqliteStore implements Store {
   watch(_listener: (fx: ForeignEffects) => void): void {}
 
   async close(): Promise<void> {
+    clearInterval(this.#searchTimer);
     if (!this.#db.open) return;
     try {
       // the totals as they are, so that the next open has no messages after their mark to add
