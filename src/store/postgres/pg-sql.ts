@@ -229,12 +229,16 @@ export const PG_MIGRATIONS: readonly string[] = [
     WHERE replay_delivery IS NULL;
   CREATE INDEX IF NOT EXISTS dead_letters_open_by_message ON dead_letters (message, id)
     WHERE replay_delivery IS NULL;
-  -- text as searched: diacritics removed (NFD, then the combining marks dropped), every run of
-  -- anything but letters and digits a space
+  -- text as searched: diacritics removed (NFD, then the combining marks dropped; only in a
+  -- UTF8 database, the only one normalize() works in), every run of anything but letters and
+  -- digits a space. A database's encoding never changes, so the function stays immutable.
   CREATE OR REPLACE FUNCTION agw_search_text(t text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $f$
-      SELECT regexp_replace(regexp_replace(normalize(t, NFD), '[\\u0300-\\u036f]+', '', 'g'),
-                            '[^[:alnum:]]+', ' ', 'g')
+      SELECT regexp_replace(
+               CASE WHEN current_setting('server_encoding') = 'UTF8'
+                    THEN regexp_replace(normalize(t, NFD), '[\\u0300-\\u036f]+', '', 'g')
+                    ELSE t END,
+               '[^[:alnum:]]+', ' ', 'g')
     $f$;
   CREATE OR REPLACE FUNCTION agw_search_vector(body text, kind text) RETURNS tsvector
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $f$

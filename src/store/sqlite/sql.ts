@@ -255,7 +255,15 @@ export const MIGRATIONS: readonly string[] = [
   );
   -- the last message indexed: the index is kept off the commit path (sqlite-operators.ts)
   CREATE TABLE IF NOT EXISTS message_text_mark (last_message INTEGER NOT NULL);
-  INSERT INTO message_text_mark (last_message) VALUES (0);
+  INSERT INTO message_text_mark (last_message)
+    SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM message_text_mark);
+  -- the messages stored before it count what the index adds to them, as new ones do
+  -- (rules/storage.ts searchIndexBytes), and their senders' totals with them
+  UPDATE messages SET size = size + length(kind) + CASE WHEN json_valid(body)
+    THEN min(length(coalesce(json_extract(body, '$.payload'), '')), 4096) ELSE 0 END;
+  DELETE FROM sender_usage;
+  INSERT INTO sender_usage (sender, bytes) SELECT sender, sum(size) FROM messages GROUP BY sender;
+  UPDATE usage_mark SET as_of = (SELECT coalesce(max(id), 0) FROM messages);
   CREATE TRIGGER IF NOT EXISTS message_text_delete AFTER DELETE ON messages BEGIN
     DELETE FROM message_text WHERE rowid = old.id;
   END;
