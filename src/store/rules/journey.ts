@@ -418,7 +418,8 @@ function withPauses(events: TimedEvent[], pauses: readonly PauseEvent[]): TimedE
   if (pauses.length === 0) return events;
   const out = [...events];
   for (const p of pauses) {
-    const at = out.findIndex((e) => e.at > p.at);
+    // in the same millisecond a resume came first (nothing is leased while paused), a pause last
+    const at = out.findIndex((e) => e.at > p.at || (e.at === p.at && p.event === 'resumed'));
     const e = { at: p.at, event: p.event, attempt: 0, detail: { by: p.by } };
     if (at < 0) out.push(e);
     else out.splice(at, 0, e);
