@@ -49,17 +49,6 @@ export interface RedriveCandidate {
   readonly recipient: string;
 }
 
-export interface AuditRow {
-  seq: number;
-  at: number;
-  actor: string;
-  action: string;
-  target: string;
-  detail: string;
-  prev_hash: string;
-  hash: string;
-}
-
 /** Prepared statements are named by their text's hash: one text, one name, per connection. */
 const named = (text: string): Built => ({
   name: `agw_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`,
@@ -325,17 +314,4 @@ export async function appendAudit(tx: Tx, draft: AuditDraft): Promise<AuditEntry
   ]);
   tx.wroteOperatorAct = true;
   return entry;
-}
-
-export function auditView(r: AuditRow): AuditEntry {
-  return {
-    seq: Number(r.seq),
-    at: new Date(Number(r.at)).toISOString(),
-    actor: r.actor,
-    action: r.action,
-    target: r.target,
-    detail: JSON.parse(r.detail) as Record<string, unknown>,
-    prev_hash: r.prev_hash,
-    hash: r.hash,
-  };
 }

@@ -27,7 +27,7 @@ import {
   type LaneHeadRow,
   POLL_MARK_MS,
 } from '../rules/journey.js';
-import { redriveState } from '../rules/operators.js';
+import { type AuditRow, auditView, redriveState } from '../rules/operators.js';
 import { DELIVERY_FIELDS_BYTES, fittingAsync } from '../rules/page-bytes.js';
 import {
   agentState,
@@ -81,9 +81,7 @@ import {
 import { AlertFold } from './pg-alerts.js';
 import { type DeliveryRow, PgDeliveries, type ReadyRow } from './pg-deliveries.js';
 import {
-  type AuditRow,
   appendAudit,
-  auditView,
   type Built,
   createRedrive,
   deadLettersStatement,

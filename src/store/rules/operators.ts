@@ -125,3 +125,29 @@ export function assertRedriveId(id: string): void {
   if (!/^rd_[0-9a-f]{16,32}$/.test(id))
     throw new GatewayError('not_found', `no redrive "${id.slice(0, 64)}"`);
 }
+
+/** An audit log row as both engines keep it (times in ms, detail as JSON text). */
+export interface AuditRow {
+  seq: number;
+  at: number;
+  actor: string;
+  action: string;
+  target: string;
+  detail: string;
+  prev_hash: string;
+  hash: string;
+}
+
+/** The entry a row is read back as (GET /v1/audit). */
+export function auditView(r: AuditRow): AuditEntry {
+  return {
+    seq: Number(r.seq),
+    at: new Date(Number(r.at)).toISOString(),
+    actor: r.actor,
+    action: r.action,
+    target: r.target,
+    detail: JSON.parse(r.detail) as Record<string, unknown>,
+    prev_hash: r.prev_hash,
+    hash: r.hash,
+  };
+}

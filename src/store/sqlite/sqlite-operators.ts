@@ -5,7 +5,9 @@
  */
 import type Database from 'better-sqlite3';
 import {
+  type AuditRow,
   auditEntry,
+  auditView,
   ftsWords,
   GENESIS_HASH,
   parseSelection,
@@ -33,17 +35,6 @@ interface RedriveTableRow extends RedriveRow {
   readonly max_dead: number;
   readonly cursor_message: number;
   readonly cursor_dead: number;
-}
-
-export interface AuditRow {
-  seq: number;
-  at: number;
-  actor: string;
-  action: string;
-  target: string;
-  detail: string;
-  prev_hash: string;
-  hash: string;
 }
 
 /** A query's conditions and their parameters, built from the fields a filter gives. */
@@ -331,17 +322,4 @@ export class Operators {
     }
     return st;
   }
-}
-
-export function auditView(r: AuditRow): AuditEntry {
-  return {
-    seq: Number(r.seq),
-    at: new Date(Number(r.at)).toISOString(),
-    actor: r.actor,
-    action: r.action,
-    target: r.target,
-    detail: JSON.parse(r.detail) as Record<string, unknown>,
-    prev_hash: r.prev_hash,
-    hash: r.hash,
-  };
 }
