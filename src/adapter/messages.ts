@@ -8,8 +8,11 @@ import { GatewayError, isGatewayError } from '../protocol/errors.js';
 import { fingerprint } from '../protocol/fingerprint.js';
 import { parseJson } from '../protocol/http.js';
 import { MAX_BATCH, pageBudget } from '../protocol/limits.js';
+import type { TraceContext } from '../protocol/trace-context.js';
 import { messageIdOf, sequenceOf } from '../protocol/wire.js';
-import type { MessageDraft, Store } from '../store/store.js';
+import type { AppendOutcome, MessageDraft, Store } from '../store/store.js';
+import { sent, startSend } from '../telemetry/messaging.js';
+import type { Span, Tracing } from '../telemetry/tracing.js';
 import type { GroupCommit } from './group-commit.js';
 import { pageParts } from './response-budget.js';
 import { assertReader, readableChannels, route } from './routing.js';
@@ -25,6 +28,8 @@ export interface WriteContext {
   readonly now: () => number;
   /** Each sender's token bucket (send-rate.ts). */
   readonly rates: SendRates;
+  /** Spans (telemetry/tracing.ts): NO_TRACING unless OTEL_* asks for traces. */
+  readonly tracing: Tracing;
 }
 
 export type Ack = Assignment & { duplicate: boolean };
@@ -33,20 +38,34 @@ export type BatchResult =
   | ({ status: 201 | 200 } & Ack)
   | { status: number; error: string; message: string; field?: string; retry_after_s?: number };
 
+/**
+ * `headers`: the request's trace context, taken for a message whose body has none (a malformed
+ * header was ignored before it came here).
+ */
 export async function postMessage(
   ctx: WriteContext,
   sender: string,
   body: Buffer,
+  headers?: TraceContext,
 ): Promise<{ status: 201 | 200; ack: Ack }> {
-  const draft = toDraft(ctx, sender, parseJson(body), ctx.now());
-  await takeToken(ctx, draft);
-  const [outcome] = await ctx.commits.run({ op: 'append', drafts: [draft] });
-  if (outcome === undefined) throw new Error('group commit returned no outcome');
-  if (outcome.status === 'rejected') throw outcome.error;
-  return {
-    status: outcome.status,
-    ack: { ...outcome.assignment, duplicate: outcome.status === 200 },
-  };
+  let draft = toDraft(ctx, sender, parseJson(body), ctx.now(), headers);
+  const span = ctx.tracing.on ? sendSpan(ctx, draft) : undefined;
+  if (span !== undefined) draft = traced(draft, span);
+  try {
+    await takeToken(ctx, draft);
+    const [outcome] = await commit(ctx, [draft], span && [span]);
+    if (outcome === undefined) throw new Error('group commit returned no outcome');
+    if (outcome.status === 'rejected') throw outcome.error;
+    return {
+      status: outcome.status,
+      ack: { ...outcome.assignment, duplicate: outcome.status === 200 },
+    };
+  } catch (err) {
+    span?.fail(err);
+    throw err;
+  } finally {
+    span?.end();
+  }
 }
 
 /**
@@ -60,6 +79,7 @@ export async function postBatch(
   ctx: WriteContext,
   sender: string,
   body: Buffer,
+  headers?: TraceContext,
 ): Promise<BatchResult[]> {
   const value = parseJson(body) as { messages?: unknown } | null;
   const items = typeof value === 'object' && value !== null ? value.messages : undefined;
@@ -73,6 +93,7 @@ export async function postBatch(
   const receivedAt = ctx.now();
   const results: BatchResult[] = new Array(items.length);
   const drafts: MessageDraft[] = [];
+  const spans: Span[] | undefined = ctx.tracing.on ? [] : undefined;
   const positions: number[] = [];
   let limited: { at: number; retryAfterS: number } | undefined;
   for (const [i, item] of items.entries()) {
@@ -87,8 +108,13 @@ export async function postBatch(
       continue;
     }
     try {
-      const draft = checkedItem(ctx, sender, item, i, receivedAt);
+      let draft = checkedItem(ctx, sender, item, i, receivedAt, headers);
       await takeToken(ctx, draft);
+      if (spans !== undefined) {
+        const span = sendSpan(ctx, draft);
+        draft = traced(draft, span);
+        spans.push(span);
+      }
       drafts.push(draft);
       positions.push(i);
     } catch (err) {
@@ -99,15 +125,65 @@ export async function postBatch(
     }
   }
   if (drafts.length > 0) {
-    const outcomes = await ctx.commits.run({ op: 'append', drafts });
-    outcomes.forEach((o, j) => {
-      results[positions[j]!] =
-        o.status === 'rejected'
-          ? errorResult(o.error)
-          : { status: o.status, ...o.assignment, duplicate: o.status === 200 };
-    });
+    try {
+      const outcomes = await commit(ctx, drafts, spans);
+      outcomes.forEach((o, j) => {
+        results[positions[j]!] =
+          o.status === 'rejected'
+            ? errorResult(o.error)
+            : { status: o.status, ...o.assignment, duplicate: o.status === 200 };
+      });
+    } catch (err) {
+      for (const span of spans ?? []) span.fail(err);
+      throw err;
+    } finally {
+      for (const span of spans ?? []) span.end();
+    }
   }
   return results;
+}
+
+/**
+ * The drafts committed in one group. With spans (one per draft, tracing on), each gets the
+ * commit as a child span (the time from asking to its group's durable end) and its outcome.
+ */
+async function commit(
+  ctx: WriteContext,
+  drafts: MessageDraft[],
+  spans: readonly Span[] | undefined,
+): Promise<AppendOutcome[]> {
+  if (spans === undefined) return ctx.commits.run({ op: 'append', drafts });
+  const began = Date.now();
+  const outcomes = await ctx.commits.run({ op: 'append', drafts });
+  const ended = Date.now();
+  outcomes.forEach((o, j) => {
+    const span = spans[j]!;
+    ctx.tracing
+      .start('commit', 'internal', {
+        parent: span.context,
+        startTime: began,
+        attributes: { 'messaging.batch.message_count': drafts.length },
+      })
+      .end(ended);
+    if (o.status === 'rejected') span.fail(o.error);
+    else {
+      sent(span, o.assignment);
+      if (o.status === 200) span.set({ 'agw.duplicate': true });
+    }
+  });
+  return outcomes;
+}
+
+/** The adapter's `send <channel>` span of a draft: a child of the message's creation context. */
+function sendSpan(ctx: WriteContext, draft: MessageDraft): Span {
+  return startSend(ctx.tracing, draft.channel, draft.trace, draft.sender);
+}
+
+/** A message that came with no context takes its adapter span's: the trace starts here. */
+function traced(draft: MessageDraft, span: Span): MessageDraft {
+  return draft.trace !== undefined || span.context === undefined
+    ? draft
+    : { ...draft, trace: span.context };
 }
 
 /**
@@ -159,10 +235,11 @@ function checkedItem(
   item: unknown,
   i: number,
   receivedAt: number,
+  headers: TraceContext | undefined,
 ): MessageDraft {
   try {
     // checked first: a payload nested past the bound never reaches JSON.stringify below
-    const draft = toDraft(ctx, sender, item, receivedAt);
+    const draft = toDraft(ctx, sender, item, receivedAt, headers);
     const size = Buffer.byteLength(JSON.stringify(item));
     if (size > ctx.maxMessageBytes) {
       throw new GatewayError(
@@ -189,6 +266,7 @@ function toDraft(
   sender: string,
   value: unknown,
   receivedAt: number,
+  headers?: TraceContext,
 ): MessageDraft {
   const envelope = parseEnvelope(value);
   if (envelope.sender !== undefined && envelope.sender !== sender) {
@@ -214,6 +292,21 @@ function toDraft(
     payloadJson: JSON.stringify(envelope.payload),
     receivedAt,
     recipients,
+    ...traceOf(envelope, headers),
+  };
+}
+
+/** The envelope's trace context, else the request's headers', else none. */
+function traceOf(
+  e: { traceparent?: string; tracestate?: string },
+  headers: TraceContext | undefined,
+): { trace?: TraceContext } {
+  if (e.traceparent === undefined) return headers === undefined ? {} : { trace: headers };
+  return {
+    trace:
+      e.tracestate === undefined
+        ? { traceparent: e.traceparent }
+        : { traceparent: e.traceparent, tracestate: e.tracestate },
   };
 }
 

@@ -4,7 +4,7 @@
  * needs the alerts_to agent's. Writes go through messages.ts, everything about deliveries
  * through the delivery service.
  */
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CONSOLE_HTML, type ConsoleAsset, consoleAsset } from '../console/page.js';
 import { parseDeliveryIds, parseLeaseExtension, parseNack } from '../protocol/delivery-ids.js';
 import { GatewayError } from '../protocol/errors.js';
@@ -20,9 +20,11 @@ import {
   pageBudget,
 } from '../protocol/limits.js';
 import { type Route, route } from '../protocol/router.js';
+import { traceFromHeaders } from '../protocol/trace-context.js';
 import { VERSION } from '../protocol/version.js';
 import { deadLetterIdOf } from '../protocol/wire.js';
 import { assertRedriveId } from '../store/rules/operators.js';
+import { handedOver, received, startReceive, startSettle } from '../telemetry/messaging.js';
 import type { DeliveryService } from './delivery.js';
 import { postBatch, postMessage, readChannel, type WriteContext } from './messages.js';
 import type { AdapterMetrics } from './metrics.js';
@@ -91,6 +93,7 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
   const { write, delivery, metrics, topology } = d;
   const maxBytes = write.maxMessageBytes;
   const { maxPageBytes, responses } = d;
+  const { tracing } = write;
   // A parked poll costs a socket and, once woken, a page of up to AGW_MAX_PAGE_BYTES; without a
   // bound one agent's token could hold thousands (the sidecar keeps 16 at most).
   const polls = new AgentSlots(
@@ -139,12 +142,17 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
   const inbox = async (
     agent: string,
     query: URLSearchParams,
+    req: IncomingMessage,
     res: ServerResponse,
     ack?: readonly number[],
   ): Promise<undefined> => {
     const wait = intParam(query, 'wait', 0, 0, MAX_WAIT_S);
     const max = intParam(query, 'max', INBOX_DEFAULT_MAX, 1, INBOX_MAX);
     polls.enter(agent);
+    // recorded only if it hands something over (received)
+    const span = tracing.on
+      ? startReceive(tracing, agent, traceFromHeaders(req.headers))
+      : undefined;
     try {
       const gone = new Promise((resolve) => res.once('close', resolve));
       const acking = ack === undefined ? undefined : delivery.ack(agent, ack);
@@ -155,6 +163,7 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       );
       const closed = refused === undefined ? gone : Promise.race([gone, refused]);
       const got = await delivery.inbox(agent, wait, max, closed, pageBudget(maxPageBytes));
+      if (span !== undefined) received(span, got.map(handedOver));
       const head = acking === undefined ? '{' : `${ackFields(await acking)},`;
       // leased already: counted in the bytes in flight, never refused for them
       const reservation = responses.reserve(res, 0, true);
@@ -162,6 +171,32 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       return undefined;
     } finally {
       polls.leave(agent);
+    }
+  };
+  /** An ack or a nack, in its `settle` span when tracing is on (a rejection dead-letters). */
+  const settled = async <R>(
+    req: IncomingMessage,
+    agent: string,
+    operation: 'ack' | 'nack',
+    ids: readonly number[],
+    run: () => Promise<R>,
+    nack?: { retry: boolean },
+  ): Promise<{ body: R }> => {
+    if (!tracing.on) return { body: await run() };
+    const span = startSettle(tracing, operation, agent, traceFromHeaders(req.headers), ids);
+    try {
+      const body = await run();
+      if (nack?.retry === false) {
+        for (const id of (body as { nacked?: number[] }).nacked ?? []) {
+          span.event('dead_letter', { 'agw.delivery_id': id, 'agw.reason': 'rejected' });
+        }
+      }
+      return { body };
+    } catch (err) {
+      span.fail(err);
+      throw err;
+    } finally {
+      span.end();
     }
   };
   const pauseRoute = async (ctx: Caller, agent: string, resume: boolean) => {
@@ -234,9 +269,10 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       path: '/v1/messages',
       who: 'sender',
       body: { limit: maxBytes, parse: raw },
-      handler: async ({ ctx, body }) => {
-        const { status, ack } = await metrics.counted(postMessage(write, ctx.agent, body), (r) =>
-          r.ack.duplicate ? 'duplicate' : 'created',
+      handler: async ({ ctx, body, req }) => {
+        const { status, ack } = await metrics.counted(
+          postMessage(write, ctx.agent, body, traceFromHeaders(req.headers)),
+          (r) => (r.ack.duplicate ? 'duplicate' : 'created'),
         );
         if (ctx.operator !== undefined && !ack.duplicate) {
           await d.acts.record({
@@ -256,8 +292,11 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       who: 'sender',
       // Each item is held to the single-message limit; the whole body to a batch of them.
       body: { limit: maxBytes * MAX_BATCH, parse: raw },
-      handler: async ({ ctx, body }) => {
-        const results = await metrics.counted(postBatch(write, ctx.agent, body), () => 'batch');
+      handler: async ({ ctx, body, req }) => {
+        const results = await metrics.counted(
+          postBatch(write, ctx.agent, body, traceFromHeaders(req.headers)),
+          () => 'batch',
+        );
         return { body: { results } };
       },
     }),
@@ -281,7 +320,7 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       method: 'GET',
       path: '/v1/inbox',
       who: 'agent',
-      handler: ({ ctx, query, res }) => inbox(ctx.agent, query, res),
+      handler: ({ ctx, query, req, res }) => inbox(ctx.agent, query, req, res),
     }),
     route({
       // acks carried on the next poll: one request and one commit where two of each were
@@ -289,21 +328,23 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       path: '/v1/inbox',
       who: 'agent',
       body: deliveryIds,
-      handler: ({ ctx, query, res, body }) => inbox(ctx.agent, query, res, body),
+      handler: ({ ctx, query, req, res, body }) => inbox(ctx.agent, query, req, res, body),
     }),
     route({
       method: 'POST',
       path: '/v1/acks',
       who: 'agent',
       body: deliveryIds,
-      handler: async ({ ctx, body }) => ({ body: await delivery.ack(ctx.agent, body) }),
+      handler: ({ ctx, body, req }) =>
+        settled(req, ctx.agent, 'ack', body, () => delivery.ack(ctx.agent, body)),
     }),
     route({
       method: 'POST',
       path: '/v1/nacks',
       who: 'agent',
       body: { limit: IDS_BODY_LIMIT, parse: (b: Buffer) => parseNack(b) },
-      handler: async ({ ctx, body }) => ({ body: await delivery.nack(ctx.agent, body) }),
+      handler: ({ ctx, body, req }) =>
+        settled(req, ctx.agent, 'nack', body.ids, () => delivery.nack(ctx.agent, body), body),
     }),
     route({
       method: 'POST',

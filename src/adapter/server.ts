@@ -4,6 +4,7 @@
  * integrity check runs in the background; serves the route table (routes.ts). Shutdown stops
  * intake, lets commits in flight finish and answer, then closes the store.
  */
+
 import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
@@ -13,6 +14,7 @@ import { GatewayError } from '../protocol/errors.js';
 import { createServer, type HttpShell } from '../protocol/http-server.js';
 import { RouteTable } from '../protocol/router.js';
 import { StorageFailure, type Store } from '../store/store.js';
+import { NO_TRACING, type Tracing } from '../telemetry/tracing.js';
 import { ConnectionLimits } from './connection-limits.js';
 import { DeliveryService } from './delivery.js';
 import { AdapterEventMap, watch } from './events.js';
@@ -29,6 +31,8 @@ import { StorageWatch } from './storage-health.js';
 import { operatorName, type Principal, principalForTokenHash, type Topology } from './topology.js';
 
 export interface AdapterOptions {
+  /** Spans (telemetry/tracing.ts); default none. */
+  readonly tracing?: Tracing;
   readonly settings: AdapterSettings;
   readonly topology: Topology;
   /** The store, opened by the caller (store/open.ts); the adapter closes it. */
@@ -130,6 +134,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
         maxMessageBytes: settings.maxMessageBytes,
         now,
         rates: sendRates(settings, topology, now),
+        tracing: opts.tracing ?? NO_TRACING,
       },
       delivery,
       metrics,

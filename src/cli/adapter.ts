@@ -13,6 +13,7 @@ import { JournalWriter } from '../journald/writer.js';
 import { createLogger } from '../log.js';
 import { openStore, shownDb } from '../store/open.js';
 import type { Store } from '../store/store.js';
+import { openTracing } from '../telemetry/tracing.js';
 import { readSettings, SettingsError } from './settings.js';
 
 export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
@@ -24,6 +25,8 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   );
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
   const topology = loadTopology(settings.topology, { allowDevTokens: settings.allowDevTokens });
+  // OTEL_* (CONTRACT.md, "Trace context"): a bad one is a bad setting; none, nothing loaded
+  const tracing = await openTracing('adapter', env);
   const journal = new JournalWriter({ socketPath: settings.journalSocket });
   const logger = createLogger(
     'agent-gateway-adapter',
@@ -37,6 +40,9 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   });
   const notify = new SdNotify(env);
   const finish = async (code: number) => {
+    await tracing.shutdown().catch((err: unknown) => {
+      logger.warn({ err }, 'the last spans could not be exported');
+    });
     await journal.flush();
     journal.close();
     notify.close();
@@ -57,7 +63,15 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     return finish(1);
   }
   try {
-    adapter = await startAdapter({ settings, topology, store, logger, emergencies, notify });
+    adapter = await startAdapter({
+      settings,
+      topology,
+      store,
+      logger,
+      emergencies,
+      notify,
+      tracing,
+    });
   } catch (err) {
     logger.fatal({ err }, `adapter cannot start: ${(err as Error).message}`);
     return finish(1);

@@ -2,12 +2,14 @@
  * `agent-gateway sidecar`: reads the settings, starts the sidecar, stops it on SIGTERM or
  * SIGINT (one last drain within AGW_SHUTDOWN_GRACE_MS; the rest stays in the outbox).
  */
+
 import { Emergencies } from '../journald/emergency.js';
 import { JournalWriter } from '../journald/writer.js';
 import { createLogger } from '../log.js';
 import { SidecarEventMap } from '../sidecar/events.js';
 import { startSidecar } from '../sidecar/server.js';
 import { SIDECAR_SETTINGS, SidecarSettingsSchema } from '../sidecar/settings.js';
+import { openTracing } from '../telemetry/tracing.js';
 import { readSettings, SettingsError } from './settings.js';
 
 export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
@@ -18,6 +20,8 @@ export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv
     env,
   );
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
+  // OTEL_* (CONTRACT.md, "Trace context"): a bad one is a bad setting; none, nothing loaded
+  const tracing = await openTracing('sidecar', env);
   const journal = new JournalWriter({ socketPath: settings.journalSocket });
   const logger = createLogger(
     'agent-gateway-sidecar',
@@ -39,6 +43,7 @@ export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv
       emergencies,
       events,
       breaker: { baseMs: settings.breakerBaseMs, maxMs: settings.breakerMaxMs },
+      tracing,
     });
   } catch (err) {
     logger.fatal({ err }, `sidecar cannot start: ${(err as Error).message}`);
@@ -78,6 +83,9 @@ export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv
         () => resolve(2),
       );
     });
+  });
+  await tracing.shutdown().catch((err: unknown) => {
+    logger.warn({ err }, 'the last spans could not be exported');
   });
   await journal.flush();
   journal.close();

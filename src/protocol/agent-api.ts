@@ -7,6 +7,7 @@
  * in agent-schemas.ts, which uses zod. This file does not: the client package builds from
  * zod-free files alone.
  */
+
 import type { ErrorCode } from './errors.js';
 import {
   INBOX_DEFAULT_MAX,
@@ -16,6 +17,7 @@ import {
   PAGE_MAX_LIMIT,
 } from './limits.js';
 import type { Priority } from './priority.js';
+import type { TraceContext } from './trace-context.js';
 
 /** A stored message as every reader sees it: the envelope and the fields the adapter added. */
 export interface Message {
@@ -35,6 +37,12 @@ export interface Message {
   readonly thread_id: string;
   /** Its depth in its reply chain since the last continuation: 0 for a root or a continuation. */
   readonly hop: number;
+  /**
+   * The W3C trace context of its creation, when it has one: start your handling as a child of
+   * it (the client's `handleTraced`), and your trace continues the sender's.
+   */
+  readonly traceparent?: string;
+  readonly tracestate?: string;
   readonly payload: Record<string, unknown>;
 }
 
@@ -68,6 +76,12 @@ export interface OutgoingMessage {
    * your own retries of a send safe.
    */
   readonly idempotency_key?: string;
+  /**
+   * W3C trace context of the message's creation (your span's); left out, the request's
+   * `traceparent` header is taken, and with tracing on the sidecar's own `send` span.
+   */
+  readonly traceparent?: string;
+  readonly tracestate?: string;
 }
 
 /** delivered (201, or 200 for a repeat: stored by the adapter) or queued (202: in the outbox). */
@@ -330,6 +344,12 @@ export interface CallOptions {
   readonly signal?: AbortSignal;
   /** send only: the envelope's bytes as they came, passed on once checked (POST /v1/messages). */
   readonly raw?: Buffer;
+  /**
+   * The caller's W3C trace context (the request's `traceparent` header, an MCP call's
+   * `_meta.traceparent`): a send's creation context when its body has none, and the parent of
+   * the sidecar's spans.
+   */
+  readonly trace?: TraceContext | undefined;
 }
 
 /**

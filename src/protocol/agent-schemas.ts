@@ -243,6 +243,8 @@ export const MessageSchema = z
     reply_to: z.string().optional(),
     thread_id: z.string(),
     hop: z.int().min(0),
+    traceparent: z.string().optional().describe("W3C trace context of the message's creation"),
+    tracestate: z.string().optional(),
     payload: z.record(z.string(), z.unknown()),
   })
   .describe('A stored message: the envelope and the fields the adapter added');

@@ -8,6 +8,7 @@ import { GatewayError, isGatewayError } from './errors.js';
 import { UUIDV7_PATTERN } from './ids.js';
 import { MAX_DEPTH } from './limits.js';
 import { PRIORITIES, type Priority } from './priority.js';
+import { isTraceparent, isTracestate, TRACEPARENT_RULE, TRACESTATE_RULE } from './trace-context.js';
 
 export { PRIORITIES, type Priority } from './priority.js';
 
@@ -89,6 +90,13 @@ export const EnvelopeSchema = z.strictObject({
   payload: jsonObject.default({}),
   /** Optional; when present it must name the authenticated agent (else 403 sender_mismatch). */
   sender: z.string().optional(),
+  /**
+   * W3C trace context of the message's creation (CONTRACT.md, "Trace context"): stored and
+   * handed out with it. Not part of the fingerprint: a retry made in another span is the same
+   * message.
+   */
+  traceparent: z.string().refine(isTraceparent, TRACEPARENT_RULE).optional(),
+  tracestate: z.string().refine(isTracestate, TRACESTATE_RULE).optional(),
 });
 
 /** A checked envelope, its priority resolved. */
@@ -149,6 +157,11 @@ function checkEnvelope(value: unknown, at: { field: string }): Envelope {
     at.field = 'payload';
     const payload = schema.safeParse(base.data.payload);
     if (!payload.success) throw fieldError(payload.error, 'payload');
+  }
+  if (base.data.tracestate !== undefined && base.data.traceparent === undefined) {
+    throw new GatewayError('invalid_envelope', 'tracestate: comes only with a traceparent', {
+      field: 'tracestate',
+    });
   }
   at.field = 'priority';
   const priority =

@@ -6,9 +6,11 @@
  * the agent as it is, never queued. It also keeps when the adapter last answered and the last
  * failure, for /v1/status.
  */
+
 import type { Dispatcher } from 'undici';
 import { isRetryableAnswer } from '../protocol/errors.js';
 import { SIDECAR_POLL_CONNECTIONS } from '../protocol/limits.js';
+import type { TraceContext } from '../protocol/trace-context.js';
 import { Pool } from './undici-pool.js';
 
 export interface AdapterResponse {
@@ -99,10 +101,13 @@ export class AdapterClient {
     body?: string | Buffer,
     timeoutMs = this.#timeoutMs,
     signal?: AbortSignal,
+    trace?: TraceContext,
   ): Promise<AdapterResponse> {
     try {
       const pool = path.startsWith('/v1/inbox') ? this.#polls : this.#pool;
-      const headers = body === undefined ? this.#getHeaders : this.#postHeaders;
+      const base = body === undefined ? this.#getHeaders : this.#postHeaders;
+      // the caller's span as the call's parent (tracing on only): a header object of its own
+      const headers = trace === undefined ? base : { ...base, ...trace };
       const res = await exchange(pool, method, path, headers, body, timeoutMs, signal);
       const ra = Number(res.retryAfter);
       const retryable = res.status >= 400 && isRetryableAnswer(res.status, errorCode(res.text));

@@ -54,7 +54,10 @@ export function agentApiOverHttp(url: string): AgentApiOverHttp {
       const res = await pool.request({
         method,
         path: prefix + path,
-        headers: body === undefined ? {} : { 'content-type': 'application/json' },
+        headers: {
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          ...opts.trace,
+        },
         ...(body === undefined ? {} : { body }),
         // a cancelled tool call closes this request, and the sidecar gives its poll up with it
         signal: signal === undefined ? deadline : AbortSignal.any([deadline, signal]),

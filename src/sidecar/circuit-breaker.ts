@@ -153,9 +153,9 @@ export class AdapterBreaker {
    */
   guard(client: Upstream): Upstream {
     return {
-      request: (method, path, body, timeoutMs, signal) =>
+      request: (method, path, body, timeoutMs, signal, trace) =>
         this.fire(async () => {
-          const r = await client.request(method, path, body, timeoutMs, signal);
+          const r = await client.request(method, path, body, timeoutMs, signal, trace);
           if (r.retryable) throw new RetryableAnswer(r);
           return r;
         }).catch((err: unknown) => {

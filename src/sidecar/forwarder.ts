@@ -15,6 +15,8 @@
 import type { Logger } from 'pino';
 import { GatewayError, isRetryableAnswer } from '../protocol/errors.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, MAX_BATCH } from '../protocol/limits.js';
+import { sent } from '../telemetry/messaging.js';
+import { MESSAGING_SYSTEM, type Span, type Tracing } from '../telemetry/tracing.js';
 import { type AdapterClient, type AdapterResponse, RetryableAnswer } from './adapter-client.js';
 import { type BackoffOptions, backoff } from './backoff.js';
 import type { AdapterBreaker } from './circuit-breaker.js';
@@ -32,6 +34,8 @@ export interface ForwarderOptions {
   readonly logger: Logger;
   /** Backoff of the drain while the adapter is away. */
   readonly backoff: BackoffOptions;
+  /** Spans: a queued message's forwarding, in its own trace. Default none. */
+  readonly tracing?: Tracing;
 }
 
 /** Whole-batch failures of the same head before the batch is halved, or a lone entry set aside. */
@@ -283,10 +287,54 @@ export class Forwarder {
    * when done, else when to try again: 0 for the backoff, n for Retry-After n s.
    */
   async #drain(): Promise<number | undefined> {
-    const { outbox, client, logger } = this.#o;
+    const { outbox, client } = this.#o;
     while (!this.#stopped && outbox.depth > 0) {
       if (this.#o.breaker.state === 'open' && !(await client.health())) return 0;
       const batch = this.#nextBatch();
+      const spans = this.#o.tracing?.on ? batch.map((q) => this.#forwardSpan(q)) : undefined;
+      try {
+        const retry = await this.#drainBatch(batch, spans);
+        if (retry !== 'next') return retry;
+      } catch (err) {
+        for (const span of spans ?? []) span.fail(err);
+        throw err;
+      } finally {
+        for (const span of spans ?? []) span.end();
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * A queued message's later forwarding: `forward <to>`, a child of its stored creation context,
+   * so that the trace goes on where the outage interrupted it.
+   */
+  #forwardSpan(q: Queued): Span {
+    const e = JSON.parse(q.body) as { to?: string; traceparent?: string; tracestate?: string };
+    const parent =
+      typeof e.traceparent === 'string'
+        ? { traceparent: e.traceparent, ...(e.tracestate ? { tracestate: e.tracestate } : {}) }
+        : undefined;
+    return this.#o.tracing!.start(`forward ${e.to ?? ''}`, 'producer', {
+      parent,
+      attributes: {
+        'messaging.system': MESSAGING_SYSTEM,
+        'messaging.operation.type': 'send',
+        'messaging.operation.name': 'forward',
+        'messaging.destination.name': e.to,
+        'agw.outbox': true,
+        'agw.queued_ms': queuedMs(this.#o.outbox.queuedAt(q.idempotency_key)),
+      },
+    });
+  }
+
+  /** One batch of the drain: 'next' to go on, else what #drain resolves with. */
+  async #drainBatch(
+    batch: Queued[],
+    spans: Span[] | undefined,
+  ): Promise<number | undefined | 'next'> {
+    const { client, logger } = this.#o;
+    {
       let res: AdapterResponse;
       try {
         res = await this.#call(
@@ -306,7 +354,7 @@ export class Forwarder {
           { status: res.status, body: res.body.slice(0, 500), entries: batch.length },
           'the adapter refused a drain batch whole',
         );
-        if (this.#strike(batch, res)) continue;
+        if (this.#strike(batch, res)) return 'next';
         return 0;
       }
       this.#struck = { seq: -1, times: 0 };
@@ -319,7 +367,9 @@ export class Forwarder {
       for (let i = 0; i < batch.length; i++) {
         const r = results[i];
         const q = batch[i]!;
+        const span = spans?.[i];
         if (r === undefined || isRetryableAnswer(r.status, r.error)) {
+          span?.event('kept', { 'agw.status': r?.status });
           stopAt = i; // keep this one and the rest, in order, for the next try
           retryAfterS = retryAfterOf(r);
           break;
@@ -327,13 +377,18 @@ export class Forwarder {
         if (r.status === 200 || r.status === 201) {
           delivered.push(q.seq);
           this.#assigned(r);
-        } else refused.push({ q, status: r.status, answer: JSON.stringify(r) });
+          if (span !== undefined)
+            sent(span, r as unknown as { message_id: string; channel: string });
+        } else {
+          refused.push({ q, status: r.status, answer: JSON.stringify(r) });
+          span?.fail({ code: r.error ?? String(r.status) });
+        }
       }
       this.#setAside(delivered, refused);
       if (stopAt >= 0) return retryAfterS ?? 0;
       this.#delayStep = 0;
     }
-    return undefined;
+    return 'next';
   }
 
   /** The next batch: the outbox's first entries, as many as fit the batch size and bytes. */
@@ -425,4 +480,8 @@ function answerJson(res: AdapterResponse): string {
   } catch {
     return JSON.stringify({ status: res.status, body: res.body.slice(0, 4096) });
   }
+}
+
+function queuedMs(at: number | undefined): number | undefined {
+  return at === undefined ? undefined : Date.now() - at;
 }

@@ -14,6 +14,7 @@
  * The descriptions are the documentation a model reads: what the tool does, when to use it, what
  * to do next. Keep them short and exact.
  */
+
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
   CallToolRequestSchema,
@@ -44,6 +45,7 @@ import {
 } from '../protocol/agent-schemas.js';
 import { checkRequest } from '../protocol/delivery-ids.js';
 import { GatewayError, isGatewayError } from '../protocol/errors.js';
+import { type TraceContext, traceFromHeaders } from '../protocol/trace-context.js';
 import { VERSION } from '../protocol/version.js';
 
 export { MCP_MAX_WAIT_S } from '../protocol/agent-schemas.js';
@@ -121,7 +123,14 @@ export function mcpServer(api: AgentApi, opts: McpServerOptions = {}): Server {
   // extra.signal aborts when the client cancels the call, or when the transport closes (the
   // sidecar's /mcp closes it with the HTTP response: mcp-endpoint.ts)
   server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
-    callTool(api, request.params.name, request.params.arguments ?? {}, opts, extra.signal),
+    callTool(
+      api,
+      request.params.name,
+      request.params.arguments ?? {},
+      opts,
+      extra.signal,
+      traceFromMeta(request.params._meta),
+    ),
   );
   return server;
 }
@@ -133,13 +142,14 @@ export async function callTool(
   args: unknown,
   opts: McpServerOptions = {},
   signal?: AbortSignal,
+  trace?: TraceContext,
 ): Promise<CallToolResult> {
   const t = BY_NAME.get(name);
   if (t === undefined) throw new McpError(ErrorCode.InvalidParams, `no tool named "${name}"`);
   try {
     const checked = (t.args.check ?? checkRequest)(t.args.schema, args);
     const run = api[t.op.name] as (i: unknown, o: object) => unknown;
-    const result = await run.call(api, t.args.toInput(checked as never), signal ? { signal } : {});
+    const result = await run.call(api, t.args.toInput(checked as never), { signal, trace });
     return toolResult(result);
   } catch (err) {
     if (isGatewayError(err)) return errorResult(err.toJSON(), err.retryAfterS);
@@ -149,18 +159,49 @@ export async function callTool(
   }
 }
 
-/** An operation's result as a tool result: its JSON as structuredContent and as text. */
+/**
+ * An operation's result as a tool result: its JSON as structuredContent and as text, and the
+ * trace context of the message it is about as `_meta.traceparent`/`tracestate`.
+ */
 function toolResult(result: unknown): CallToolResult {
-  if (result instanceof JsonText) {
-    return {
-      content: [{ type: 'text', text: result.text }],
-      structuredContent: result.value() as Record<string, unknown>,
-    };
-  }
+  const text = result instanceof JsonText ? result.text : JSON.stringify(result);
+  const content = (result instanceof JsonText ? result.value() : result) as Record<string, unknown>;
+  const meta = metaOf(content);
   return {
-    content: [{ type: 'text', text: JSON.stringify(result) }],
-    structuredContent: result as Record<string, unknown>,
+    content: [{ type: 'text', text }],
+    structuredContent: content,
+    ...(meta === undefined ? {} : { _meta: { ...meta } }),
   };
+}
+
+/**
+ * `_meta.traceparent` of a tool call (MCP's place for W3C trace context, as OpenTelemetry's MCP
+ * conventions use it); a malformed one is ignored, as a header is.
+ */
+function traceFromMeta(meta: unknown): TraceContext | undefined {
+  if (typeof meta !== 'object' || meta === null) return undefined;
+  const { traceparent, tracestate } = meta as Record<string, unknown>;
+  return traceFromHeaders({
+    traceparent: typeof traceparent === 'string' ? traceparent : undefined,
+    tracestate: typeof tracestate === 'string' ? tracestate : undefined,
+  });
+}
+
+/**
+ * The context a result's message carries: a send's (the message's stored context), a message's,
+ * or the first delivery's (each delivery carries its own in the message).
+ */
+function metaOf(content: Record<string, unknown> | null): TraceContext | undefined {
+  if (typeof content !== 'object' || content === null) return undefined;
+  const deliveries = content.deliveries as { message?: Record<string, unknown> }[] | undefined;
+  const holder =
+    typeof content.traceparent === 'string'
+      ? content
+      : ((content.message as Record<string, unknown> | undefined) ?? deliveries?.[0]?.message);
+  if (typeof holder?.traceparent !== 'string') return undefined;
+  return typeof holder.tracestate === 'string'
+    ? { traceparent: holder.traceparent, tracestate: holder.tracestate }
+    : { traceparent: holder.traceparent };
 }
 
 function errorResult(error: Record<string, unknown>, retryAfterS: number | undefined) {

@@ -5,6 +5,7 @@
  * (probes, status, metrics, emergencies, which must work while the adapter is down or the
  * sidecar stops); `agent` endpoints stop taking requests once the sidecar is stopping.
  */
+
 import {
   type AgentApi,
   JsonText,
@@ -19,6 +20,7 @@ import { GatewayError } from '../protocol/errors.js';
 import { intParam, parseJson } from '../protocol/http.js';
 import { DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
 import { type Answer, type Route, route } from '../protocol/router.js';
+import { traceFromHeaders } from '../protocol/trace-context.js';
 import type { StartGate } from './gate.js';
 import type { McpHandler } from './mcp-endpoint.js';
 import { sidecarOpenApiDocument } from './route-docs.js';
@@ -114,6 +116,7 @@ function operationRoute(api: AgentApi, op: Operation): Route<Who, undefined> {
       const run = api[op.name] as (i: unknown, o: object) => unknown;
       const result = await run.call(api, input, {
         raw: call.body?.raw,
+        trace: traceFromHeaders(call.req.headers),
         // made when read: a request's AbortSignal costs a controller and listeners, which only
         // the long polls need (a send at 1 in flight lost a fifth of its rate to it)
         get signal() {

@@ -3,6 +3,7 @@
  * the adapter, the breaker, the forwarder, inbox repair and the start gate into the service
  * (service.ts), and serves the route table (routes.ts) over HTTP, the MCP tools at /mcp among it.
  */
+
 import { mkdirSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { dirname } from 'node:path';
@@ -13,6 +14,7 @@ import { createServer, DEFAULT_LIMITS, type HttpShell } from '../protocol/http-s
 import { RouteTable } from '../protocol/router.js';
 import { VERSION } from '../protocol/version.js';
 import { SidecarFile } from '../store/sidecar/sidecar-file.js';
+import { NO_TRACING, type Tracing } from '../telemetry/tracing.js';
 import { AdapterClient } from './adapter-client.js';
 import type { BackoffOptions } from './backoff.js';
 import { AdapterBreaker, type StoredBreaker } from './circuit-breaker.js';
@@ -42,6 +44,8 @@ export interface SidecarOptions {
   readonly events?: SidecarEventMap;
   /** Breaker and drain timing; defaults are the production ones. */
   readonly breaker?: { baseMs?: number; maxMs?: number; volumeThreshold?: number };
+  /** Spans (telemetry/tracing.ts); default none. */
+  readonly tracing?: Tracing;
 }
 
 export interface Sidecar {
@@ -86,7 +90,16 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   // every call the agent makes goes through the one breaker (the drain's too, in the forwarder)
   const upstream = breaker.guard(client);
   const repair = new InboxRepair(file, settings.agentId, upstream, events);
-  const forwarder = new Forwarder({ client, breaker, outbox, events, logger, backoff: timing });
+  const tracing = opts.tracing ?? NO_TRACING;
+  const forwarder = new Forwarder({
+    client,
+    breaker,
+    outbox,
+    events,
+    logger,
+    backoff: timing,
+    tracing,
+  });
   events.on('send:assigned', (channel, seq) => repair.sent(channel, seq));
   const gate = new StartGate({
     client,
@@ -125,6 +138,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     forwarder.kick();
   });
   const service = new SidecarService({
+    tracing,
     agentId: settings.agentId,
     client,
     upstream,

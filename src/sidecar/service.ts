@@ -25,10 +25,21 @@ import { errorFromAnswer, GatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
 import { MAX_WAIT_S } from '../protocol/limits.js';
 import type { Answer } from '../protocol/router.js';
+import type { TraceContext } from '../protocol/trace-context.js';
+import {
+  handedOver,
+  received,
+  sent,
+  startReceive,
+  startSend,
+  startSettle,
+} from '../telemetry/messaging.js';
+import { NO_TRACING, type Span, type Tracing } from '../telemetry/tracing.js';
 import { type AdapterClient, type AdapterResponse, CallAborted } from './adapter-client.js';
 import type { AdapterBreaker, Upstream } from './circuit-breaker.js';
 import type { Forwarder } from './forwarder.js';
 import type { StartGate } from './gate.js';
+import { HandedOverMemory } from './handed-over.js';
 import { type InboxRepair, splitLocal } from './inbox-repair.js';
 import type { Outbox } from './outbox.js';
 
@@ -46,13 +57,19 @@ export interface SidecarServiceOptions {
   readonly breaker: AdapterBreaker;
   readonly gate: StartGate;
   readonly emergencies: Emergencies;
+  /** Spans (telemetry/tracing.ts): NO_TRACING unless OTEL_* asks for traces. */
+  readonly tracing?: Tracing;
 }
 
 export class SidecarService implements AgentApi {
   readonly #o: SidecarServiceOptions;
+  readonly #tracing: Tracing;
+  /** What the agent was handed, for its settle spans' links (tracing on only). */
+  readonly #handed = new HandedOverMemory();
 
   constructor(opts: SidecarServiceOptions) {
     this.#o = opts;
+    this.#tracing = opts.tracing ?? NO_TRACING;
   }
 
   /**
@@ -80,13 +97,41 @@ export class SidecarService implements AgentApi {
         { field: 'sender' },
       );
     }
-    // the adapter hears an envelope without `sender`, as it always has: one that names it is
-    // serialized again without it (rare: the field is optional and must be the agent anyway)
-    const answer = await this.#o.forwarder.send(
-      v as Record<string, unknown> & { idempotency_key: string },
-      envelope.sender === undefined ? bytes : undefined,
-    );
-    return result<'send'>(answer);
+    // the message's creation context: the body's, else the agent's request's (header, _meta)
+    const given: TraceContext | undefined =
+      envelope.traceparent !== undefined
+        ? { traceparent: envelope.traceparent, tracestate: envelope.tracestate }
+        : opts.trace;
+    let span: Span | undefined;
+    if (this.#tracing.on) {
+      // the sidecar's `send` span, a child of it, becomes the message's stored context
+      span = startSend(this.#tracing, envelope.to, given, agentId);
+      const own = span.context;
+      if (own !== undefined) {
+        const { tracestate: _, ...rest } = v as Record<string, unknown>;
+        v = { ...rest, ...own };
+        bytes = undefined;
+      }
+    } else if (envelope.traceparent === undefined && opts.trace !== undefined) {
+      v = { ...(v as object), ...opts.trace };
+      bytes = bytes === undefined ? undefined : withMembers(bytes, opts.trace);
+    }
+    try {
+      // the adapter hears an envelope without `sender`, as it always has: one that names it is
+      // serialized again without it (rare: the field is optional and must be the agent anyway)
+      const answer = await this.#o.forwarder.send(
+        v as Record<string, unknown> & { idempotency_key: string },
+        envelope.sender === undefined ? bytes : undefined,
+      );
+      if (span !== undefined) sendOutcome(span, answer);
+      const stored = span?.context ?? given;
+      return result<'send'>(stored === undefined ? answer : withTrace(answer, stored));
+    } catch (err) {
+      span?.fail(err);
+      throw err;
+    } finally {
+      span?.end();
+    }
   }
 
   /**
@@ -98,11 +143,12 @@ export class SidecarService implements AgentApi {
    */
   async inbox(input: Inputs['inbox'], opts: CallOptions = {}): Promise<Result<'inbox'>> {
     const { wait, max } = pollOf(input);
-    return result<'inbox'>(
-      await this.#o.repair.inbox(wait, max, (w, m) =>
-        this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w, opts.signal),
-      ),
+    const span = this.#receiving(opts);
+    const answer = await this.#o.repair.inbox(wait, max, (w, m) =>
+      this.#call('GET', `/v1/inbox?wait=${w}&max=${m}`, undefined, w, opts.signal, span?.context),
     );
+    if (span !== undefined) this.#received(span, answer);
+    return result<'inbox'>(answer);
   }
 
   /** POST /v1/inbox: the acks carried on the poll (#inboxAcking). */
@@ -111,9 +157,26 @@ export class SidecarService implements AgentApi {
     opts: CallOptions = {},
   ): Promise<Result<'inboxAcking'>> {
     const { wait, max } = pollOf(input);
-    return result<'inboxAcking'>(
-      await this.#inboxAcking(wait, max, input.delivery_ids, opts.signal),
+    const span = this.#receiving(opts);
+    const answer = await this.#inboxAcking(wait, max, input.delivery_ids, opts.signal, span);
+    if (span !== undefined) this.#received(span, answer);
+    return result<'inboxAcking'>(answer);
+  }
+
+  /** A poll's `receive` span (tracing on): recorded only if the poll hands something over. */
+  #receiving(opts: CallOptions): Span | undefined {
+    return this.#tracing.on ? startReceive(this.#tracing, this.#o.agentId, opts.trace) : undefined;
+  }
+
+  /** Ends a poll's span with what it handed over, remembered for the settle spans' links. */
+  #received(span: Span, answer: Answer): void {
+    if ((answer.status ?? 200) !== 200) return;
+    const { deliveries } = bodyOf(answer) as { deliveries?: unknown[] };
+    const items = (deliveries ?? []).map((d) =>
+      handedOver(typeof d === 'string' ? d : JSON.stringify(d)),
     );
+    this.#handed.remember(items);
+    received(span, items);
   }
 
   /**
@@ -122,20 +185,42 @@ export class SidecarService implements AgentApi {
    * message handed over again, even after a SIGKILL (docs/design/durability.md, "The sidecar's
    * file").
    */
-  async ack(input: Inputs['ack']): Promise<Result<'ack'>> {
+  async ack(input: Inputs['ack'], opts: CallOptions = {}): Promise<Result<'ack'>> {
     const { upstream, local, unknown } = this.#o.repair.acked(input.delivery_ids);
     this.#o.repair.persist();
-    return result<'ack'>(await this.#settle('/v1/acks', upstream, { acked: local, unknown }));
+    return this.#settling('ack', input.delivery_ids, opts, (trace) =>
+      this.#settle('/v1/acks', upstream, { acked: local, unknown }, {}, trace),
+    );
   }
 
   /** Nacks: the sidecar's own copies are due again (or, retry false, dropped) here. */
-  async nack(input: Inputs['nack']): Promise<Result<'nack'>> {
+  async nack(input: Inputs['nack'], opts: CallOptions = {}): Promise<Result<'nack'>> {
     const retry = input.retry ?? true;
     const { upstream, local, unknown, ignored } = this.#o.repair.nacked(input.delivery_ids, retry);
     const extra = { retry, ...(input.reason === undefined ? {} : { reason: input.reason }) };
-    return result<'nack'>(
-      await this.#settle('/v1/nacks', upstream, { nacked: local, ignored, unknown }, extra),
+    return this.#settling('nack', input.delivery_ids, opts, (trace) =>
+      this.#settle('/v1/nacks', upstream, { nacked: local, ignored, unknown }, extra, trace),
     );
+  }
+
+  /** An ack or a nack, in its `settle` span when tracing is on. */
+  async #settling<N extends 'ack' | 'nack'>(
+    operation: N,
+    ids: readonly number[],
+    opts: CallOptions,
+    run: (trace: TraceContext | undefined) => Promise<Answer>,
+  ): Promise<Result<N>> {
+    if (!this.#tracing.on) return result<N>(await run(undefined));
+    const known = this.#handed.take(ids);
+    const span = startSettle(this.#tracing, operation, this.#o.agentId, opts.trace, ids, known);
+    try {
+      return result<N>(await run(span.context));
+    } catch (err) {
+      span.fail(err);
+      throw err;
+    } finally {
+      span.end();
+    }
   }
 
   /** The agent is still working on these: the adapter's leases and the sidecar's own copies'. */
@@ -277,15 +362,17 @@ export class SidecarService implements AgentApi {
     max: number,
     ids: readonly number[],
     signal?: AbortSignal,
+    span?: Span,
   ): Promise<Answer> {
     const { upstream, local, unknown } = this.#o.repair.acked(ids);
     let carried = upstream.length === 0;
+    const trace = span?.context;
     // repair.inbox() commits the acks with what it hands over, before it answers
     const answer = await this.#o.repair.inbox(wait, max, async (w, m) => {
       const path = `/v1/inbox?wait=${w}&max=${m}`;
-      if (carried) return this.#call('GET', path, undefined, w, signal);
+      if (carried) return this.#call('GET', path, undefined, w, signal, trace);
       const acks = JSON.stringify({ delivery_ids: upstream });
-      const polled = await this.#call('POST', path, acks, w, signal);
+      const polled = await this.#call('POST', path, acks, w, signal, trace);
       carried = polled.status === 200;
       return polled;
     });
@@ -294,7 +381,7 @@ export class SidecarService implements AgentApi {
     if (carried && local.length === 0 && unknown.length === 0 && upstream.length > 0) return answer;
     let acks: Record<string, unknown> = { acked: [], dead_lettered: [], unknown: [] };
     if (!carried) {
-      const settled: Answer = await this.#settle('/v1/acks', upstream, mine);
+      const settled: Answer = await this.#settle('/v1/acks', upstream, mine, {}, trace);
       if ((settled.status ?? 200) !== 200) return settled;
       const { deliveries } = bodyOf(answer);
       return { status: 200, body: { ...bodyOf(settled), deliveries } };
@@ -313,6 +400,7 @@ export class SidecarService implements AgentApi {
     upstream: number[],
     mine: Record<string, number[]>,
     extra: object = {},
+    trace?: TraceContext,
   ): Promise<Answer> {
     const empty =
       path === '/v1/acks'
@@ -320,7 +408,7 @@ export class SidecarService implements AgentApi {
         : { nacked: [], ignored: [], unknown: [] };
     if (upstream.length === 0) return { body: merge(empty, mine) }; // nothing for the adapter
     const body = JSON.stringify({ delivery_ids: upstream, ...extra });
-    const answer = await this.#call('POST', path, body);
+    const answer = await this.#call('POST', path, body, 0, undefined, trace);
     if (answer.status !== 200 || Object.values(mine).every((ids) => ids.length === 0))
       return answer;
     return { ...answer, body: merge({ ...empty, ...bodyOf(answer) }, mine) };
@@ -337,11 +425,12 @@ export class SidecarService implements AgentApi {
     body?: string,
     waitS = 0,
     signal?: AbortSignal,
+    trace?: TraceContext,
   ): Promise<Answer> {
     const deadline = Math.min(Math.max(waitS, 0), MAX_WAIT_S) * 1000 + CALL_DEADLINE_MS;
     let res: AdapterResponse;
     try {
-      res = await this.#o.upstream.request(method, path, body, deadline, signal);
+      res = await this.#o.upstream.request(method, path, body, deadline, signal, trace);
     } catch (err) {
       if (err instanceof CallAborted) {
         throw new GatewayError('client_closed', 'the agent closed its request before the answer');
@@ -397,11 +486,61 @@ function bodyOf(answer: Answer): Record<string, unknown> {
 }
 
 /**
+ * A stored or queued send's answer with the message's creation context (its `traceparent` and
+ * `tracestate`), so that the agent and MCP's `_meta` learn it. A repeat's stored context is its
+ * first send's: GET /v1/messages/{id} tells it.
+ */
+function withTrace(answer: Answer, trace: TraceContext): Answer {
+  const status = answer.status ?? 200;
+  if (status >= 300) return answer;
+  const fields = trace.tracestate === undefined ? { traceparent: trace.traceparent } : trace;
+  if (typeof answer.body === 'object' && answer.body !== null)
+    return { ...answer, body: { ...answer.body, ...fields } };
+  if (typeof answer.body !== 'string' || !answer.body.endsWith('}')) return answer;
+  const members = Object.entries(fields)
+    .map(([k, v]) => `,${JSON.stringify(k)}:${JSON.stringify(v)}`)
+    .join('');
+  return { ...answer, body: `${answer.body.slice(0, -1)}${members}}` };
+}
+
+/** A send's span ends with what became of it: stored (its assignment), queued, or refused. */
+function sendOutcome(span: Span, answer: { status: number; body: string | object }): void {
+  const body = typeof answer.body === 'string' ? safeJson(answer.body) : answer.body;
+  if (answer.status === 202) {
+    span.event('queued', { 'agw.outbox_depth': (body as { outbox_depth?: number })?.outbox_depth });
+  } else if (answer.status < 300 && body !== undefined) {
+    sent(span, body as { message_id: string; channel: string });
+  } else span.fail({ code: (body as { error?: string })?.error ?? String(answer.status) });
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A JSON object's bytes with the members of `add` appended (withKey's, for several). */
+function withMembers(raw: Buffer, add: TraceContext): Buffer | undefined {
+  let out: Buffer | undefined = raw;
+  for (const [k, v] of Object.entries(add)) {
+    if (v === undefined || out === undefined) continue;
+    out = withMember(out, k, v);
+  }
+  return out;
+}
+
+/**
  * A JSON object's bytes with `"idempotency_key": key` added as its last member, as
  * `{ ...value, idempotency_key: key }` would serialize; undefined if the bytes are not one
  * object (the caller then serializes the value).
  */
 function withKey(raw: Buffer, key: string): Buffer | undefined {
+  return withMember(raw, 'idempotency_key', key);
+}
+
+function withMember(raw: Buffer, name: string, value: string): Buffer | undefined {
   let end = raw.length - 1;
   while (end >= 0 && isJsonSpace(raw[end]!)) end--;
   if (end < 0 || raw[end] !== 0x7d) return undefined; // '}'
@@ -409,7 +548,7 @@ function withKey(raw: Buffer, key: string): Buffer | undefined {
   while (last >= 0 && isJsonSpace(raw[last]!)) last--;
   if (last < 0) return undefined;
   const empty = raw[last] === 0x7b; // '{': no member before it
-  const member = `${empty ? '' : ','}"idempotency_key":${JSON.stringify(key)}}`;
+  const member = `${empty ? '' : ','}${JSON.stringify(name)}:${JSON.stringify(value)}}`;
   return Buffer.concat([raw.subarray(0, end), Buffer.from(member)]);
 }
 

@@ -9,10 +9,12 @@
  * a timer to re-arm) comes back with the results as one value, CommitEffects. Reads need no
  * transaction.
  */
+
 import type { JourneyEvent } from '../protocol/agent-api.js';
 import type { Assignment } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
 import type { Priority } from '../protocol/priority.js';
+import type { TraceContext } from '../protocol/trace-context.js';
 
 /** The states of a delivery row (one per recipient of a message). */
 export const DeliveryState = {
@@ -51,6 +53,8 @@ export interface MessageDraft {
   readonly receivedAt: number;
   /** Who gets a delivery row (the sender of a channel message is not among them). */
   readonly recipients: readonly string[];
+  /** The W3C trace context of its creation, stored in its JSON and handed out with it. */
+  readonly trace?: TraceContext;
 }
 
 export type AppendOutcome =

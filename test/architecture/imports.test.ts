@@ -11,11 +11,23 @@ const SRC = fileURLToPath(new URL('../../src/', import.meta.url));
 
 /** Part → the parts it may never import. */
 const NEVER: Record<string, readonly string[]> = {
-  protocol: ['adapter', 'sidecar', 'store', 'journald', 'client', 'cli', 'log', 'settings'],
+  protocol: [
+    'adapter',
+    'sidecar',
+    'store',
+    'journald',
+    'client',
+    'cli',
+    'log',
+    'settings',
+    'telemetry',
+  ],
+  // spans: beside journald, a leaf the programs stand on; only telemetry/otel.ts loads the SDK
+  telemetry: ['adapter', 'sidecar', 'store', 'journald', 'client', 'cli', 'log'],
   settings: ['adapter', 'sidecar', 'store', 'journald', 'client', 'cli', 'log'],
   journald: ['adapter', 'sidecar', 'store', 'client', 'cli', 'log', 'settings'],
-  store: ['adapter', 'sidecar', 'journald', 'client', 'cli', 'log'],
-  client: ['adapter', 'sidecar', 'store', 'journald', 'cli', 'log', 'settings'],
+  store: ['adapter', 'sidecar', 'journald', 'client', 'cli', 'log', 'telemetry'],
+  client: ['adapter', 'sidecar', 'store', 'journald', 'cli', 'log', 'settings', 'telemetry'],
   adapter: ['sidecar', 'client', 'cli'],
   sidecar: ['adapter', 'client', 'cli'],
   log: ['adapter', 'sidecar', 'store', 'client', 'cli'],

@@ -59,6 +59,9 @@ export function messageJson(a: Assignment, d: MessageDraft, p: Placement): strin
     ...(p.replyTo === null ? {} : { reply_to: p.replyTo }),
     thread_id: a.thread_id,
     hop: a.hop,
+    // after hop: withThreadFields and sequenceOf read the head before the payload
+    traceparent: d.trace?.traceparent,
+    tracestate: d.trace?.tracestate,
   });
   return `${head.slice(0, -1)},"payload":${d.payloadJson}}`;
 }
