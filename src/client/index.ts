@@ -38,6 +38,7 @@ import {
 import { isRetryableAnswer } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
 import { LeaseKeeper } from './leases.js';
+import { activeTrace, inHandlingSpan, otelApi } from './tracing.js';
 
 export type {
   AckResult,
@@ -136,6 +137,13 @@ export interface ReceiveOptions {
    * again, one no longer leased is given up, and at worst the message comes again). Default none.
    */
   readonly onLeaseError?: (err: unknown, deliveryIds: number[]) => void;
+  /**
+   * Each handler runs in a `process <channel>` span, a child of the delivered message's trace
+   * context, active while it runs (so what it sends continues the trace): through
+   * @opentelemetry/api when the application has it and has registered a tracer provider.
+   * Default true; false: never.
+   */
+  readonly trace?: boolean;
 }
 
 export interface NackOptions {
@@ -184,7 +192,13 @@ export class GatewayClient {
    * once however many tries reached it. A refusal for good (400, 403, 409, ...) is thrown at once.
    */
   async send(message: OutgoingMessage): Promise<SendResult> {
-    const envelope = { ...message, idempotency_key: message.idempotency_key ?? uuidv7() };
+    // sent from within a span (a handler's, say): the message's creation context is that span's
+    const active = message.traceparent === undefined ? activeTrace(await otelApi()) : undefined;
+    const envelope = {
+      ...message,
+      ...active,
+      idempotency_key: message.idempotency_key ?? uuidv7(),
+    };
     let body: SendResult | Omit<Extract<SendResult, { status: 'delivered' }>, 'status'>;
     for (let attempt = 1; ; attempt++) {
       try {
@@ -234,6 +248,7 @@ export class GatewayClient {
         ? opts.extendLeaseMs
         : positiveInt('extendLeaseMs', opts.extendLeaseMs);
     let failures = 0;
+    const otel = opts.trace === false ? undefined : await otelApi();
     // The ack of a poll's last delivery goes with the next poll (POST /v1/inbox): one request
     // where two were, and the channel's next message in that very answer. The others are acked
     // at once, so a long batch never holds a finished delivery's lease.
@@ -275,7 +290,7 @@ export class GatewayClient {
               });
         try {
           for (const [i, d] of deliveries.entries()) {
-            if (!(await this.#handle(d, handler, opts, keeper))) continue;
+            if (!(await this.#handle(d, handler, opts, keeper, otel))) continue;
             if (i === deliveries.length - 1 && this.#ackOnPoll) carry = [d.delivery_id];
             else await this.#settle(this.ack([d.delivery_id]));
           }
@@ -295,13 +310,14 @@ export class GatewayClient {
     handler: (message: Message, delivery: Delivery) => Promise<void>,
     opts: ReceiveOptions,
     keeper: LeaseKeeper | undefined,
+    otel: Awaited<ReturnType<typeof otelApi>>,
   ): Promise<boolean> {
     if (this.#seen.has(d.message.message_id)) {
       keeper?.release(d.delivery_id);
       return true;
     }
     try {
-      await handler(d.message, d);
+      await inHandlingSpan(otel, d.message, d.attempt, () => handler(d.message, d));
     } catch (err) {
       keeper?.release(d.delivery_id);
       opts.onError?.(err, d);

@@ -343,6 +343,8 @@ export class Forwarder {
           `{"messages":[${batch.map((q) => q.body).join(',')}]}`,
         );
       } catch (err) {
+        // the try is recorded as failed; the message's next try is a span of its own
+        for (const span of spans ?? []) span.fail(err);
         if (!(err instanceof RetryableAnswer)) return 0;
         const s = err.response.status;
         if (s === 503 || s === 429) return err.response.retryAfterS ?? 0;

@@ -34,6 +34,7 @@ const NEVER: Record<string, readonly string[]> = {
   cli: ['client'],
   // the console's page and its browser modules: served by the adapter, talking to it over HTTP only
   console: [
+    'telemetry',
     'adapter',
     'sidecar',
     'store',
