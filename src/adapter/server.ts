@@ -16,6 +16,7 @@ import { RouteTable } from '../protocol/router.js';
 import { StorageFailure, type Store } from '../store/store.js';
 import { NO_TRACING, type Tracing } from '../telemetry/tracing.js';
 import { ConnectionLimits } from './connection-limits.js';
+import { traceDeadLetters } from './dead-letter-spans.js';
 import { DeliveryService } from './delivery.js';
 import { AdapterEventMap, watch } from './events.js';
 import { GroupCommit } from './group-commit.js';
@@ -120,6 +121,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     keepDays: settings.retentionKeepDays,
   });
   const acts = new OperatorActs({ store, commits, now, logger });
+  traceDeadLetters(commits, store, opts.tracing ?? NO_TRACING, logger);
   const responses = new ResponseBudget(settings.maxResponseBytes, settings.writeTimeoutMs, events);
   let ready = false;
   let closing = false;

@@ -478,6 +478,16 @@ export interface CommitEffects {
   readonly woken: ReadonlySet<string>;
   /** Something may now fall due sooner than before (a lease, a retry, an alert window). */
   readonly timingChanged: boolean;
+  /** Copies dead-lettered in the group, for the spans of tracing (none: left out). */
+  readonly deadLettered?: readonly DeadLettered[];
+}
+
+/** A copy dead-lettered in a commit: its message, recipient, reason and attempts. */
+export interface DeadLettered {
+  readonly messageId: string;
+  readonly recipient: string;
+  readonly reason: DeadLetterReason;
+  readonly attempt: number;
 }
 
 export interface Committed {

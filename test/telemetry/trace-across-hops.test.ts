@@ -6,7 +6,7 @@
  * (`receive`, linked to the message), qa's fetch (the delivered message's context) and qa's ack
  * (`settle`); and across an adapter SIGKILL with the message queued in pm's outbox (`forward`).
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -252,5 +252,99 @@ describe('one trace across both sidecars and the adapter', () => {
     const messageId = aSend!.attributes['messaging.message.id'] as string;
     const { delivery } = await qaTakes(messageId);
     expect(delivery.message.traceparent).toBe(queued.body.traceparent);
+  });
+});
+
+describe('a dead letter in the trace of its message', () => {
+  it('a rejection is an event on the settle span; an expired last lease, on a settle span in the message trace', {
+    timeout: 60_000,
+  }, async () => {
+    // an adapter of its own: a 200 ms lease and no retry, so one unacked lease dead-letters
+    const { dir: own, cleanup: done } = tempDir('agw-trace-dl-');
+    const short = await spawnAdapter(
+      [
+        '--topology',
+        writeTopology(own),
+        '--db',
+        join(own, 'a.db'),
+        '--lease-ms',
+        '200',
+        '--max-retries',
+        '0',
+      ],
+      otel('http/json', { OTEL_SERVICE_NAME: 'short-lease-adapter' }),
+    );
+    running.push(short);
+    try {
+      const send = async () => {
+        const t = `00-${hex(16)}-${hex(8)}-01`;
+        const r = await call(short.url, 'POST', '/v1/messages', {
+          agent: 'pm',
+          body: {
+            idempotency_key: randomUUID(),
+            to: '@qa',
+            kind: 'status',
+            payload: {},
+            traceparent: t,
+          },
+        });
+        expect(r.status).toBe(201);
+        return { id: r.body.message_id as string, ...ids(t) };
+      };
+      const rejected = await send();
+      const expired = await send();
+      const got = (await call(short.url, 'GET', '/v1/inbox?max=10', { agent: 'qa' })).body
+        .deliveries as Json[];
+      const of = (id: string) => got.find((d) => d.message.message_id === id)!.delivery_id;
+      const nack = await call(short.url, 'POST', '/v1/nacks', {
+        agent: 'qa',
+        body: { delivery_ids: [of(rejected.id)], retry: false, reason: 'cannot' },
+      });
+      expect(nack.status).toBe(200);
+      // the other lease runs out unacked: its only attempt is spent
+      const spans = await receiver.waitFor((s) =>
+        s.some(
+          (x) =>
+            x.service === 'short-lease-adapter' &&
+            x.traceId === expired.traceId &&
+            x.events.some((e) => e.name === 'dead_letter'),
+        ),
+      );
+      const settle = spans.find(
+        (x) =>
+          x.service === 'short-lease-adapter' &&
+          x.attributes['messaging.operation.name'] === 'nack',
+      );
+      expect(settle?.events).toEqual([
+        expect.objectContaining({
+          name: 'dead_letter',
+          attributes: expect.objectContaining({ 'agw.reason': 'rejected' }),
+        }),
+      ]);
+      const dead = spans.find(
+        (x) =>
+          x.service === 'short-lease-adapter' &&
+          x.traceId === expired.traceId &&
+          x.name === 'settle @qa',
+      );
+      expect(dead).toMatchObject({ parentSpanId: expired.spanId });
+      expect(dead!.attributes).toMatchObject({
+        'messaging.message.id': expired.id,
+        'messaging.operation.name': 'dead_letter',
+        'agw.recipient': 'qa',
+      });
+      expect(dead!.events[0]).toMatchObject({
+        name: 'dead_letter',
+        attributes: { 'agw.reason': 'lease_expired', 'agw.recipient': 'qa' },
+      });
+      // the rejection is told once: on its settle span, not again from the commit
+      expect(
+        spans.filter((x) => x.traceId === rejected.traceId && x.name === 'settle @qa'),
+      ).toEqual([]);
+    } finally {
+      short.child.kill('SIGKILL');
+      await short.exited;
+      done();
+    }
   });
 });

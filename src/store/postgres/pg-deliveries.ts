@@ -346,6 +346,7 @@ export class PgDeliveries {
     now: number,
   ): void {
     this.#stats.deadLetters[reason]++;
+    if (messageId !== null) tx.fx.deadLettered.push({ messageId, recipient, reason, attempt });
     // An alert that dead-letters raises no alert of its own: that way lies a loop. (kind null:
     // the message is gone, as the dead letter's own read of it would find.)
     if (kind !== null && messageId !== null && !kind.startsWith(ADAPTER_KIND_PREFIX)) {

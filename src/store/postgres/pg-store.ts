@@ -1428,6 +1428,7 @@ async function migrateUnderLock(c: pg.Client): Promise<void> {
 
 function merge(fx: CommitEffectsLog, tx: Tx): void {
   fx.alerts.push(...tx.fx.alerts);
+  fx.deadLettered.push(...tx.fx.deadLettered);
   for (const a of tx.fx.woken) fx.woken.add(a);
   fx.timingChanged ||= tx.fx.timingChanged;
 }

@@ -312,6 +312,14 @@ export class Deliveries {
     this.#event(r, reason === 'evicted' ? 'evicted' : 'dead_lettered', now, { reason, note });
     this.#stats.deadLetters[reason]++;
     const m = this.#s.kind.get(r.message);
+    if (m !== undefined) {
+      this.#fx.deadLettered.push({
+        messageId: m.message_id,
+        recipient: r.recipient,
+        reason,
+        attempt: r.attempt,
+      });
+    }
     // An alert that dead-letters raises no alert of its own: that way lies a loop.
     if (m !== undefined && !m.kind.startsWith(ADAPTER_KIND_PREFIX)) {
       this.#alerts.raise(r.recipient, reason, m.message_id, r.attempt, now);
