@@ -31,9 +31,11 @@ export class Replicas {
   readonly #live: (ChildAdapter | undefined)[];
   readonly #ports: number[];
 
+  /** `env`: the environment of the process started in each slot (none added by default). */
   constructor(
     readonly args: readonly string[],
     readonly count: number,
+    readonly env: (slot: number) => Record<string, string> = () => ({}),
   ) {
     this.#live = Array.from({ length: count }, () => undefined);
     this.#ports = Array.from({ length: count }, () => 0);
@@ -49,7 +51,10 @@ export class Replicas {
     const port = samePort ? this.#ports[i]! : 0;
     for (let attempt = 1; ; attempt++) {
       try {
-        const proc = await spawnAdapter([...this.args, '--listen', `127.0.0.1:${port}`]);
+        const proc = await spawnAdapter(
+          [...this.args, '--listen', `127.0.0.1:${port}`],
+          this.env(i),
+        );
         this.started.push(proc);
         this.#live[i] = proc;
         this.#ports[i] = Number(new URL(proc.url).port);
@@ -148,7 +153,7 @@ export interface ReplicaSet {
 /**
  * Starts `count` (3) replicas together (they run the migrations at once, under the store's
  * advisory lock) on a fresh database from test/helpers/pg.ts (or `db`: one on a server of the
- * test's own, pg-server.ts), with `args` added to each.
+ * test's own, pg-server.ts), with `args` added to each and `env` (by slot) in its environment.
  */
 export async function startReplicaSet(
   args: readonly string[] = [],
@@ -156,12 +161,17 @@ export async function startReplicaSet(
   {
     start = true,
     db: given,
-  }: { start?: boolean; db?: { url: string; drop(): Promise<void> } } = {},
+    env,
+  }: {
+    start?: boolean;
+    db?: { url: string; drop(): Promise<void> };
+    env?: (slot: number) => Record<string, string>;
+  } = {},
 ): Promise<ReplicaSet> {
   const db = given ?? (await testDatabase());
   const { dir, cleanup: rm } = tempDir('agw-replicas-');
   const topology = writeTopology(dir);
-  const replicas = new Replicas(['--topology', topology, '--db', db.url, ...args], count);
+  const replicas = new Replicas(['--topology', topology, '--db', db.url, ...args], count, env);
   const cleanup = async () => {
     await replicas.killAll();
     await db.drop();
