@@ -14,6 +14,22 @@ import {
   PermanentError,
 } from 'agent-gateway/client';
 
+// Traces (docs/design/tracing.md): with OTEL_EXPORTER_OTLP_ENDPOINT set, OpenTelemetry's Node
+// SDK is registered, and each handler below runs in a `process <channel>` span that the client
+// starts as a child of the delivered message's traceparent: this agent's work, and the reply it
+// sends, continue the sender's trace. Any OpenTelemetry setup does; this is the smallest.
+if (process.env.OTEL_EXPORTER_OTLP_ENDPOINT) {
+  const { BatchSpanProcessor, NodeTracerProvider } = await import('@opentelemetry/sdk-trace-node');
+  const { OTLPTraceExporter } = await import('@opentelemetry/exporter-trace-otlp-proto');
+  const { resourceFromAttributes } = await import('@opentelemetry/resources');
+  const provider = new NodeTracerProvider({
+    resource: resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? 'agent' }),
+    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())],
+  });
+  provider.register();
+  process.once('beforeExit', () => void provider.shutdown());
+}
+
 const gw = new GatewayClient({ url: process.env.AGENT_SIDECAR ?? 'http://127.0.0.1:7070' });
 const controller = new AbortController();
 process.once('SIGTERM', () => controller.abort());

@@ -96,7 +96,9 @@ const urls = await new Promise((resolve, reject) => {
 // ---- the agents' runtimes: OpenTelemetry's Node SDK, as an agent would set it up
 const provider = new NodeTracerProvider({
   resource: resourceFromAttributes({ 'service.name': 'agent runtimes (pm, qa)' }),
-  spanProcessors: [new SimpleSpanProcessor(new OTLPTraceExporter({ url: `${endpoint}/v1/traces` }))],
+  spanProcessors: [
+    new SimpleSpanProcessor(new OTLPTraceExporter({ url: `${endpoint}/v1/traces` })),
+  ],
 });
 provider.register();
 const tracer = trace.getTracer('example');
@@ -160,7 +162,9 @@ const ids = new Set(inTrace.map((s) => s.spanId));
 const linked = spans.filter(
   (s) => s.traceId !== traceId && s.links.some((l) => l.traceId === traceId && ids.has(l.spanId)),
 );
-const kept = [...inTrace, ...linked].sort((a, b) => (BigInt(a.startNs) < BigInt(b.startNs) ? -1 : 1));
+const kept = [...inTrace, ...linked].sort((a, b) =>
+  BigInt(a.startNs) < BigInt(b.startNs) ? -1 : 1,
+);
 writeFileSync(join(out, 'local-stack-spans.json'), `${JSON.stringify(kept, null, 1)}\n`);
 writeFileSync(join(out, 'local-stack.svg'), renderWaterfall(kept));
 console.log(

@@ -83,7 +83,7 @@ function tickStep(spanMs, target = 8) {
 }
 
 /** Text cut to about `px` pixels at `size` (an average glyph of 0.56em), with an ellipsis. */
-function fit(text, px, size = 12) {
+function clip(text, px, size = 12) {
   const max = Math.floor(px / (size * 0.56));
   return text.length <= max ? text : `${text.slice(0, Math.max(1, max - 1))}…`;
 }
@@ -324,7 +324,7 @@ export function renderWaterfall(spans) {
     const fill = colour(s.service);
     const error = s.status.code === 2;
     const labelX = PAD + 6 + row.depth * INDENT;
-    const label = fit(`${s.service} · ${s.name}`, PAD + LABEL_W - labelX);
+    const label = clip(`${s.service} · ${s.name}`, PAD + LABEL_W - labelX);
     const kind = KINDS[s.kind] ?? String(s.kind);
     const tip = [
       `${s.service} · ${s.name}`,

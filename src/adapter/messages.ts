@@ -153,9 +153,9 @@ async function commit(
   spans: readonly Span[] | undefined,
 ): Promise<AppendOutcome[]> {
   if (spans === undefined) return ctx.commits.run({ op: 'append', drafts });
-  const began = Date.now();
+  const began = preciseNow();
   const outcomes = await ctx.commits.run({ op: 'append', drafts });
-  const ended = Date.now();
+  const ended = preciseNow();
   outcomes.forEach((o, j) => {
     const span = spans[j]!;
     ctx.tracing
@@ -172,6 +172,11 @@ async function commit(
     }
   });
   return outcomes;
+}
+
+/** Now in ms since the epoch, to the microsecond (Date.now() rounds a commit to whole ms). */
+function preciseNow(): number {
+  return performance.timeOrigin + performance.now();
 }
 
 /** The adapter's `send <channel>` span of a draft: a child of the message's creation context. */

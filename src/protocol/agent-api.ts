@@ -100,8 +100,17 @@ export type SendResult =
       hop: number;
       /** true when the key was stored before: by an earlier send, or an earlier try of this one. */
       duplicate: boolean;
+      /** The message's W3C trace context, when it has one (the sidecar says so). */
+      traceparent?: string;
+      tracestate?: string;
     }
-  | { status: 'queued'; idempotency_key: string; outbox_depth: number };
+  | {
+      status: 'queued';
+      idempotency_key: string;
+      outbox_depth: number;
+      traceparent?: string;
+      tracestate?: string;
+    };
 
 export interface InboxResult {
   deliveries: Delivery[];
