@@ -156,6 +156,17 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
     try {
       const gone = new Promise((resolve) => res.once('close', resolve));
       const acking = ack === undefined ? undefined : delivery.ack(agent, ack);
+      if (acking !== undefined && tracing.on && ack!.length > 0) {
+        // the acks a poll carries: their settle span ends with their commit
+        const settle = startSettle(tracing, 'ack', agent, traceFromHeaders(req.headers), ack!);
+        acking.then(
+          () => settle.end(),
+          (err: unknown) => {
+            settle.fail(err);
+            settle.end();
+          },
+        );
+      }
       // settles only if the ack is refused: the poll then ends at once
       const refused = acking?.then(
         () => new Promise(() => {}),

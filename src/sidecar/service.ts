@@ -158,7 +158,29 @@ export class SidecarService implements AgentApi {
   ): Promise<Result<'inboxAcking'>> {
     const { wait, max } = pollOf(input);
     const span = this.#receiving(opts);
-    const answer = await this.#inboxAcking(wait, max, input.delivery_ids, opts.signal, span);
+    const ids = input.delivery_ids;
+    // the acks it carries: a settle span of their own, as long as the poll that carries them
+    const settle =
+      span === undefined || ids.length === 0
+        ? undefined
+        : startSettle(
+            this.#tracing,
+            'ack',
+            this.#o.agentId,
+            opts.trace,
+            ids,
+            this.#handed.take(ids),
+          );
+    settle?.set({ 'agw.carried_on_poll': true });
+    let answer: Answer;
+    try {
+      answer = await this.#inboxAcking(wait, max, ids, opts.signal, span);
+    } catch (err) {
+      settle?.fail(err);
+      throw err;
+    } finally {
+      settle?.end();
+    }
     if (span !== undefined) this.#received(span, answer);
     return result<'inboxAcking'>(answer);
   }

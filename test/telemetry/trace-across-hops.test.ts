@@ -94,7 +94,7 @@ const ids = (traceparent: string) => ({
 });
 
 /** qa's turn: a fetch in its own trace, the delivery handed over, acked in the same trace. */
-async function qaTakes(messageId: string) {
+async function qaTakes(messageId: string, { carried = false } = {}) {
   const fetchTrace = `00-${hex(16)}-${hex(8)}-01`;
   let delivery: Json | undefined;
   await until(async () => {
@@ -104,11 +104,13 @@ async function qaTakes(messageId: string) {
     delivery = (r.body.deliveries as Json[]).find((d) => d.message.message_id === messageId);
     return delivery !== undefined;
   }, `qa receives ${messageId}`);
-  const ack = await call(qa.url, 'POST', '/v1/acks', {
+  // acked on its own, or carried on the next poll (as the client does)
+  const ack = await call(qa.url, 'POST', carried ? '/v1/inbox?wait=0' : '/v1/acks', {
     headers: { traceparent: fetchTrace },
     body: { delivery_ids: [delivery.delivery_id] },
   });
   expect(ack.status).toBe(200);
+  expect(ack.body.acked).toEqual([delivery.delivery_id]);
   return { delivery, fetchTrace };
 }
 
@@ -250,8 +252,39 @@ describe('one trace across both sidecars and the adapter', () => {
     const [aSend] = byName(mine, 'agent-gateway-adapter', 'send product');
     expect(aSend!.parentSpanId).toBe(stored.spanId);
     const messageId = aSend!.attributes['messaging.message.id'] as string;
-    const { delivery } = await qaTakes(messageId);
+    const { delivery, fetchTrace } = await qaTakes(messageId, { carried: true });
     expect(delivery.message.traceparent).toBe(queued.body.traceparent);
+    // the ack carried on a poll: settled in the poller's trace, linked to the message
+    const F = ids(fetchTrace);
+    const settled = await receiver.waitFor(
+      (s) =>
+        s.some(
+          (x) =>
+            x.traceId === F.traceId &&
+            x.service === 'agent-gateway-sidecar' &&
+            x.name === 'settle product',
+        ) &&
+        s.some(
+          (x) =>
+            x.traceId === F.traceId &&
+            x.service === 'agent-gateway-adapter' &&
+            x.name.startsWith('settle '),
+        ),
+    );
+    const qaSettle = settled.find(
+      (x) =>
+        x.traceId === F.traceId &&
+        x.service === 'agent-gateway-sidecar' &&
+        x.name === 'settle product',
+    )!;
+    expect(qaSettle).toMatchObject({ parentSpanId: F.spanId });
+    expect(qaSettle.attributes).toMatchObject({
+      'agw.carried_on_poll': true,
+      'messaging.operation.name': 'ack',
+    });
+    expect(qaSettle.links).toEqual([
+      expect.objectContaining({ traceId: T.traceId, spanId: stored.spanId }),
+    ]);
   });
 });
 
