@@ -92,7 +92,10 @@ describe('a message carries its creation context (tracing off)', () => {
     const t = traceparent();
     const sent = await send(a.url, { traceparent: t, tracestate: 'vendor=1' }, { agent: 'pm' });
     expect(sent.status).toBe(201);
-    const [d] = (await pollAs(a.url, 'qa', { max: 1 })) as { message: Record<string, unknown> }[];
+    const [d] = (await pollAs(a.url, 'qa', { max: 1 })) as {
+      delivery_id: number;
+      message: Record<string, unknown>;
+    }[];
     expect(d!.message).toMatchObject({
       message_id: sent.body.message_id,
       traceparent: t,
@@ -113,6 +116,21 @@ describe('a message carries its creation context (tracing off)', () => {
       },
     );
     expect(replay.body.messages[0]).toMatchObject({ message_id: id, traceparent: t });
+    const thread = await call(a.url, 'GET', `/v1/threads/${id}/messages`, {
+      agent: 'orchestrator',
+    });
+    expect(thread.body.messages[0]).toMatchObject({ message_id: id, traceparent: t });
+    // a dead letter hands it out too
+    const nack = await call(a.url, 'POST', '/v1/nacks', {
+      agent: 'qa',
+      body: { delivery_ids: [d!.delivery_id], retry: false, reason: 'no' },
+    });
+    expect(nack.status).toBe(200);
+    const dead = await call(a.url, 'GET', '/v1/dead-letters?limit=100', { agent: 'orchestrator' });
+    const letter = (dead.body.dead_letters as { message: { message_id: string } }[]).find(
+      (x) => x.message.message_id === id,
+    );
+    expect(letter?.message).toMatchObject({ traceparent: t, tracestate: 'vendor=1' });
   });
 
   it('takes the request headers when the body has none; the body wins over them; a bad header is ignored', async () => {
