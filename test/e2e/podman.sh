@@ -165,6 +165,21 @@ for target in adapter sidecar; do
   [ "$OUR_BASE" = 0 ] || [ "$runtime" = "$NODE_WANT" ] ||
     fail "the $target image runs Node $runtime, not $NODE_WANT"
 done
+# tracing in the images: the OpenTelemetry SDK and its exporter load from the image's
+# node_modules (the image keeps every package's JS; only the native modules' build output is
+# pruned) and a span is made and flushed (to an address nothing answers on: --network none)
+for target in adapter sidecar; do
+  traced=$(podman run --rm --network none --entrypoint node "localhost/agent-gateway-$target:$VERSION" \
+    --input-type=module -e "
+      const { openTracing } = await import('/app/dist/telemetry/tracing.js');
+      const t = await openTracing('$target', { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9' });
+      t.start('probe', 'internal').end();
+      await t.shutdown();
+      console.log(t.on ? 'tracing on' : 'tracing off');" 2>"$WORK/tracing-$target.log") ||
+    { cat "$WORK/tracing-$target.log"; fail "tracing in the $target image"; }
+  [ "$traced" = "tracing on" ] || fail "tracing in the $target image: $traced"
+  say "image agent-gateway-$target:$VERSION loads the OpenTelemetry SDK when OTEL_* asks"
+done
 
 # --- journald (namespace mode) standing in for the host's, and the pods' network. A namespace
 # journald exits after 30 s with no client (systemd 252: server_is_idle), which would leave the
