@@ -25,14 +25,17 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   );
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
   const topology = loadTopology(settings.topology, { allowDevTokens: settings.allowDevTokens });
-  // OTEL_* (CONTRACT.md, "Trace context"): a bad one is a bad setting; none, nothing loaded
-  const tracing = await openTracing('adapter', env);
+  // OTEL_* (CONTRACT.md, "Trace context"): a bad one is a bad setting, told before anything
+  // else is opened; none, nothing loaded. A failing export is told in the log, made below.
+  let warn = (_line: string) => {};
+  const tracing = await openTracing('adapter', env, (line) => warn(line));
   const journal = new JournalWriter({ socketPath: settings.journalSocket });
   const logger = createLogger(
     'agent-gateway-adapter',
     settings.logLevel,
     settings.log === 'journald' ? journal : undefined,
   );
+  warn = (line) => logger.warn(line);
   const emergencies = new Emergencies(journal, {
     agentId: 'adapter',
     pod: env.POD_NAME,

@@ -20,14 +20,17 @@ export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv
     env,
   );
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
-  // OTEL_* (CONTRACT.md, "Trace context"): a bad one is a bad setting; none, nothing loaded
-  const tracing = await openTracing('sidecar', env);
+  // OTEL_* (CONTRACT.md, "Trace context"): a bad one is a bad setting, told before anything
+  // else is opened; none, nothing loaded. A failing export is told in the log, made below.
+  let warn = (_line: string) => {};
+  const tracing = await openTracing('sidecar', env, (line) => warn(line));
   const journal = new JournalWriter({ socketPath: settings.journalSocket });
   const logger = createLogger(
     'agent-gateway-sidecar',
     settings.logLevel,
     settings.log === 'journald' ? journal : undefined,
   );
+  warn = (line) => logger.warn(line);
   const emergencies = new Emergencies(journal, {
     agentId: settings.agentId,
     pod: env.POD_NAME,

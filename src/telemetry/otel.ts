@@ -11,6 +11,8 @@
  */
 import {
   type Context,
+  DiagLogLevel,
+  diag,
   type Link,
   type Attributes as OtelAttributes,
   SpanKind as OtelKind,
@@ -161,7 +163,30 @@ class SdkTracing implements Tracing {
   }
 }
 
-export async function openOtel(program: Program, env: NodeJS.ProcessEnv): Promise<Tracing> {
+/** How often a failing export is told, ms: a collector that is away fails every batch. */
+const WARN_EVERY_MS = 60_000;
+
+export async function openOtel(
+  program: Program,
+  env: NodeJS.ProcessEnv,
+  warn: (message: string) => void,
+): Promise<Tracing> {
+  // the SDK tells what goes wrong (an export that failed) through diag: one line a minute
+  let told = Number.NEGATIVE_INFINITY;
+  const tell = (message: unknown, ...args: unknown[]) => {
+    const now = Date.now();
+    if (now - told < WARN_EVERY_MS) return;
+    told = now;
+    const detail = args.map((a) => (a instanceof Error ? a.message : String(a))).join(' ');
+    warn(
+      `tracing: ${String(message)}${detail === '' ? '' : ` ${detail}`} (spans are dropped; told at most once a minute)`,
+    );
+  };
+  const quiet = () => {};
+  diag.setLogger(
+    { error: tell, warn: tell, info: quiet, debug: quiet, verbose: quiet },
+    DiagLogLevel.WARN,
+  );
   const exporter =
     otlpProtocol(env) === 'http/json'
       ? new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter()

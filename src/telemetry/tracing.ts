@@ -119,11 +119,18 @@ function nonEmpty(v: string | undefined): v is string {
 /**
  * The program's tracing: NO_TRACING unless the OTEL_* variables ask for traces, else the
  * OpenTelemetry SDK (otel.ts, loaded now and only now). Throws SettingsError for a bad setting.
+ * `env` decides; the SDK's parts read the same variables from process.env (the programs pass
+ * process.env). `warn`: told when spans cannot be exported (a collector away), at most once a
+ * minute; tracing never stops or slows the program for it, the spans are dropped.
  */
-export async function openTracing(program: Program, env: NodeJS.ProcessEnv): Promise<Tracing> {
+export async function openTracing(
+  program: Program,
+  env: NodeJS.ProcessEnv,
+  warn: (message: string) => void = () => {},
+): Promise<Tracing> {
   if (!tracesRequested(env)) return NO_TRACING;
   const { openOtel } = await import('./otel.js');
-  return openOtel(program, env);
+  return openOtel(program, env, warn);
 }
 
 /** The messaging conventions' attributes every span of ours carries. */

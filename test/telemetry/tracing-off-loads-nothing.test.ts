@@ -9,7 +9,9 @@ import { once } from 'node:events';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type ChildProcessOfCli, runCli, spawnAdapter, spawnSidecar } from '../helpers/cli.js';
+import { call } from '../helpers/http.js';
 import { tempDir, tokenOf, writeTopology } from '../helpers/topology.js';
+import { until } from '../helpers/wait.js';
 
 const { dir, cleanup } = tempDir('agw-otel-off-');
 const topology = writeTopology(dir);
@@ -159,5 +161,34 @@ describe('a bad OTEL_* setting', () => {
       expect(r.code).toBe(2);
       expect(r.stderr.trim().split('\n')).toEqual([expect.stringMatching(line)]);
     }
+  });
+});
+
+describe('a collector that is away', () => {
+  it('costs the spans, not the program: sends go on, one warning a minute', {
+    timeout: 60_000,
+  }, async () => {
+    const a = await adapter(
+      { OTEL_EXPORTER_OTLP_ENDPOINT: NOWHERE, OTEL_BSP_SCHEDULE_DELAY: '50' },
+      99,
+    );
+    const send = async (i: number) =>
+      (
+        await call(a.url, 'POST', '/v1/messages', {
+          agent: 'pm',
+          body: { idempotency_key: `away-${i}`, to: '@qa', kind: 'status', payload: {} },
+        })
+      ).status;
+    const warnings = () =>
+      a.lines.filter((l) => l.includes('"level":40') && l.includes('tracing: ')).length;
+    expect(await send(0)).toBe(201);
+    await until(() => warnings() > 0, 'a warning that the spans cannot be exported');
+    // more exports fail meanwhile (every 50 ms): still one line, and every send stored
+    for (let i = 1; i <= 5; i++) expect(await send(i)).toBe(201);
+    await until(
+      () => a.lines.join('').split('"msg"').length > 0 && warnings() === 1,
+      'still one warning',
+    );
+    expect(a.child.exitCode).toBeNull();
   });
 });
