@@ -328,68 +328,62 @@ export class Forwarder {
     });
   }
 
-  /** One batch of the drain: 'next' to go on, else what #drain resolves with. */
-  async #drainBatch(
-    batch: Queued[],
-    spans: Span[] | undefined,
-  ): Promise<number | undefined | 'next'> {
+  /** One batch of the drain: 'next' to go on, else when to try again (#drain's answer). */
+  async #drainBatch(batch: Queued[], spans: Span[] | undefined): Promise<number | 'next'> {
     const { client, logger } = this.#o;
-    {
-      let res: AdapterResponse;
-      try {
-        res = await this.#call(
-          'POST',
-          '/v1/messages/batch',
-          `{"messages":[${batch.map((q) => q.body).join(',')}]}`,
-        );
-      } catch (err) {
-        // the try is recorded as failed; the message's next try is a span of its own
-        for (const span of spans ?? []) span.fail(err);
-        if (!(err instanceof RetryableAnswer)) return 0;
-        const s = err.response.status;
-        if (s === 503 || s === 429) return err.response.retryAfterS ?? 0;
-        res = err.response; // a 500: maybe an entry the adapter cannot take
-      }
-      if (res.status !== 200) {
-        client.lastError = `drain refused: ${res.status} ${res.body.slice(0, 200)}`;
-        logger.error(
-          { status: res.status, body: res.body.slice(0, 500), entries: batch.length },
-          'the adapter refused a drain batch whole',
-        );
-        if (this.#strike(batch, res)) return 'next';
-        return 0;
-      }
-      this.#struck = { seq: -1, times: 0 };
-      this.#batchSize = Math.min(MAX_BATCH, this.#batchSize * 2);
-      const { results } = JSON.parse(res.body) as { results: BatchResult[] };
-      const delivered: number[] = [];
-      const refused: Refused[] = [];
-      let stopAt = -1;
-      let retryAfterS: number | undefined;
-      for (let i = 0; i < batch.length; i++) {
-        const r = results[i];
-        const q = batch[i]!;
-        const span = spans?.[i];
-        if (r === undefined || isRetryableAnswer(r.status, r.error)) {
-          span?.event('kept', { 'agw.status': r?.status });
-          stopAt = i; // keep this one and the rest, in order, for the next try
-          retryAfterS = retryAfterOf(r);
-          break;
-        }
-        if (r.status === 200 || r.status === 201) {
-          delivered.push(q.seq);
-          this.#assigned(r);
-          if (span !== undefined)
-            sent(span, r as unknown as { message_id: string; channel: string });
-        } else {
-          refused.push({ q, status: r.status, answer: JSON.stringify(r) });
-          span?.fail({ code: r.error ?? String(r.status) });
-        }
-      }
-      this.#setAside(delivered, refused);
-      if (stopAt >= 0) return retryAfterS ?? 0;
-      this.#delayStep = 0;
+    let res: AdapterResponse;
+    try {
+      res = await this.#call(
+        'POST',
+        '/v1/messages/batch',
+        `{"messages":[${batch.map((q) => q.body).join(',')}]}`,
+      );
+    } catch (err) {
+      // the try is recorded as failed; the message's next try is a span of its own
+      for (const span of spans ?? []) span.fail(err);
+      if (!(err instanceof RetryableAnswer)) return 0;
+      const s = err.response.status;
+      if (s === 503 || s === 429) return err.response.retryAfterS ?? 0;
+      res = err.response; // a 500: maybe an entry the adapter cannot take
     }
+    if (res.status !== 200) {
+      client.lastError = `drain refused: ${res.status} ${res.body.slice(0, 200)}`;
+      logger.error(
+        { status: res.status, body: res.body.slice(0, 500), entries: batch.length },
+        'the adapter refused a drain batch whole',
+      );
+      if (this.#strike(batch, res)) return 'next';
+      return 0;
+    }
+    this.#struck = { seq: -1, times: 0 };
+    this.#batchSize = Math.min(MAX_BATCH, this.#batchSize * 2);
+    const { results } = JSON.parse(res.body) as { results: BatchResult[] };
+    const delivered: number[] = [];
+    const refused: Refused[] = [];
+    let stopAt = -1;
+    let retryAfterS: number | undefined;
+    for (let i = 0; i < batch.length; i++) {
+      const r = results[i];
+      const q = batch[i]!;
+      const span = spans?.[i];
+      if (r === undefined || isRetryableAnswer(r.status, r.error)) {
+        span?.event('kept', { 'agw.status': r?.status });
+        stopAt = i; // keep this one and the rest, in order, for the next try
+        retryAfterS = retryAfterOf(r);
+        break;
+      }
+      if (r.status === 200 || r.status === 201) {
+        delivered.push(q.seq);
+        this.#assigned(r);
+        if (span !== undefined) sent(span, r as unknown as { message_id: string; channel: string });
+      } else {
+        refused.push({ q, status: r.status, answer: JSON.stringify(r) });
+        span?.fail({ code: r.error ?? String(r.status) });
+      }
+    }
+    this.#setAside(delivered, refused);
+    if (stopAt >= 0) return retryAfterS ?? 0;
+    this.#delayStep = 0;
     return 'next';
   }
 
