@@ -5,17 +5,21 @@
  * intake, lets commits in flight finish and answer, then closes the store.
  */
 
-import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import { hostname } from 'node:os';
+import type { Server as TlsServer } from 'node:tls';
 import type { Logger } from 'pino';
 import type { Emergencies } from '../journald/emergency.js';
 import type { SdNotify } from '../journald/sd-notify.js';
 import { GatewayError } from '../protocol/errors.js';
 import { createServer, type HttpShell } from '../protocol/http-server.js';
 import { RouteTable } from '../protocol/router.js';
+import { VERSION } from '../protocol/version.js';
+import { type FileWatch, watchFiles } from '../protocol/watched-files.js';
 import { StorageFailure, type Store } from '../store/store.js';
 import { NO_TRACING, type Tracing } from '../telemetry/tracing.js';
 import { ConnectionLimits } from './connection-limits.js';
+import { Credentials, type ReloadResult } from './credentials.js';
 import { traceDeadLetters } from './dead-letter-spans.js';
 import { DeliveryService } from './delivery.js';
 import { AdapterEventMap, watch } from './events.js';
@@ -26,10 +30,12 @@ import { ResponseBudget } from './response-budget.js';
 import { Retention } from './retention.js';
 import { adapterRoutes, type Caller, type Who } from './routes.js';
 import { allChannels } from './routing.js';
+import { loadSecurity, type Security } from './security.js';
 import { SendRates } from './send-rate.js';
 import type { AdapterSettings } from './settings.js';
 import { StorageWatch } from './storage-health.js';
-import { operatorName, type Principal, principalForTokenHash, type Topology } from './topology.js';
+import { reloadTls, tlsFiles } from './tls-files.js';
+import { operatorName, type Principal, type Topology } from './topology.js';
 
 export interface AdapterOptions {
   /** Spans (telemetry/tracing.ts); default none. */
@@ -52,6 +58,16 @@ export interface AdapterOptions {
    * 5,000; storage-health.ts). Tests lengthen it to watch the failing state without a race.
    */
   readonly storageProbeMs?: number;
+  /**
+   * TLS and the JWT key set, loaded by the caller (the CLI, so that a bad file is exit 2);
+   * default: loaded here from the settings (security.ts).
+   */
+  readonly security?: Security;
+  /**
+   * How often the topology, JWKS and TLS files are checked for a change, ms (default 1,000);
+   * 0: never (reload() and SIGHUP still reload).
+   */
+  readonly fileWatchMs?: number;
 }
 
 export interface Adapter {
@@ -74,6 +90,13 @@ export interface Adapter {
   readonly connections: ConnectionLimits;
   /** The answers in flight; its events tell each one cut for its client and each read refused. */
   readonly responses: ResponseBudget;
+  /** The credentials in force; reloads replace them. */
+  readonly credentials: Credentials;
+  /**
+   * Re-reads the topology's credentials, the JWKS and the TLS files (SIGHUP, a file changed);
+   * what cannot be used is refused, logged and audited, and the old stays.
+   */
+  reload(cause: string): ReloadResult;
   /** Stops intake, finishes and answers commits in flight, closes the store. */
   close(): Promise<void>;
 }
@@ -84,6 +107,7 @@ const SHUTDOWN_GRACE_MS = 10_000;
 export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   const { settings, topology, logger, store } = opts;
   const now = opts.now ?? Date.now;
+  const security = opts.security ?? loadSecurity(settings, topology, now);
   await store.ensureChannels(allChannels(topology));
   // What happens, told once (events.ts): the log and the CRIT entries subscribe first
   const events = opts.events ?? new AdapterEventMap();
@@ -121,6 +145,23 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     keepDays: settings.retentionKeepDays,
   });
   const acts = new OperatorActs({ store, commits, now, logger });
+  // the adapter's own audit entries (reloads, start and stop, failed authentication): after the
+  // fact, so a failure to write one is logged and fails nothing else
+  const audit = (entry: Parameters<OperatorActs['record']>[0]): Promise<void> =>
+    acts.record(entry).then(
+      () => {},
+      (err: unknown) => logger.error({ err, audit: entry }, 'an audit entry could not be written'),
+    );
+  const credentials = new Credentials({
+    topology,
+    topologyPath: settings.topology,
+    topologyOptions: { allowDevTokens: settings.allowDevTokens },
+    ...(security.jwt === undefined ? {} : { jwt: security.jwt }),
+    mtls: security.tls?.ca !== undefined,
+    audit: (entry) => void audit(entry),
+    logger,
+    now,
+  });
   traceDeadLetters(commits, store, opts.tracing ?? NO_TRACING, logger);
   const responses = new ResponseBudget(settings.maxResponseBytes, settings.writeTimeoutMs, events);
   let ready = false;
@@ -174,14 +215,15 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       },
     }),
   );
-  const guard = (who: Who, req: IncomingMessage): Caller => {
+  const guard = (who: Who, req: IncomingMessage): Caller | Promise<Caller> => {
     if (who === 'public') return { agent: '', overseer: false, operator: undefined };
     if (closing)
       throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
     if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
-    const principal = authenticate(topology, req);
-    connections.trust(req.socket);
-    return callerFor(topology, principal, who);
+    return credentials.authenticate(req).then((principal) => {
+      connections.trust(req.socket);
+      return callerFor(topology, principal, who);
+    });
   };
 
   // Within AGW_MAX_CONNECTIONS, what a peer that showed no token may hold (connection-limits.ts).
@@ -200,6 +242,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       // 4,096 connections is far above six agents' sidecars (16 long polls and 16 calls each)
       // and far below the file descriptors a pod gets
       limits: settings,
+      ...(security.tls === undefined ? {} : { tls: security.tls }),
       table,
       guard,
       logger,
@@ -213,10 +256,57 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
           : undefined,
     });
   } catch (err) {
+    credentials.close();
     await store.close();
     throw err;
   }
   connections.attach(http.server);
+
+  const reloadTlsFiles = (cause: string): ReloadResult => {
+    if (settings.tlsCert === undefined || settings.tlsKey === undefined) return { taken: true };
+    const target = 'AGW_TLS_CERT';
+    let result: ReloadResult = { taken: true };
+    try {
+      reloadTls(http.server as unknown as TlsServer, tlsPaths(settings));
+      logger.info({ cause }, `TLS certificate and key reloaded (${cause})`);
+    } catch (err) {
+      result = { taken: false, reason: (err as Error).message };
+      logger.error(
+        { cause },
+        `TLS reload refused (${cause}): ${result.reason}; the certificate in use stays`,
+      );
+    }
+    void audit({
+      at: now(),
+      actor: 'adapter',
+      action: 'reload',
+      target,
+      detail: { cause, taken: result.taken, ...(result.reason ? { reason: result.reason } : {}) },
+    });
+    return result;
+  };
+  const reload = (cause: string): ReloadResult => {
+    const creds = credentials.reload(cause);
+    const tls = reloadTlsFiles(cause);
+    if (!creds.taken) return creds;
+    return tls;
+  };
+  const watchMs = opts.fileWatchMs ?? 1_000;
+  const watches: FileWatch[] = [];
+  if (watchMs > 0) {
+    const credentialFiles = [settings.topology, ...(settings.jwtJwks ? [settings.jwtJwks] : [])];
+    watches.push(
+      watchFiles(credentialFiles, () => credentials.reload('file changed'), {
+        intervalMs: watchMs,
+      }),
+    );
+    if (settings.tlsCert !== undefined && settings.tlsKey !== undefined)
+      watches.push(
+        watchFiles(tlsFiles(tlsPaths(settings)), () => reloadTlsFiles('file changed'), {
+          intervalMs: watchMs,
+        }),
+      );
+  }
   const url = http.url;
 
   // quick_check reads every page: with 1M messages (2 GiB in page cache) it was most of a 1.75 s
@@ -236,6 +326,13 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     await acts.start();
     retention.start();
     ready = true;
+    void audit({
+      at: now(),
+      actor: 'adapter',
+      action: 'start',
+      target: hostname(),
+      detail: { version: VERSION, pid: process.pid, url, tls: security.tls !== undefined },
+    });
     await opts.notify?.ready();
   })();
   // The caller decides what a failure means (the CLI exits); no unhandled rejection here.
@@ -246,7 +343,17 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     if (closing) return;
     closing = true;
     void opts.notify?.stopping();
+    for (const w of watches) w.close();
     await http.close(SHUTDOWN_GRACE_MS, async () => {
+      credentials.close();
+      if (ready)
+        await audit({
+          at: now(),
+          actor: 'adapter',
+          action: 'stop',
+          target: hostname(),
+          detail: { pid: process.pid },
+        });
       retention.stop();
       storage.stop();
       acts.close();
@@ -271,7 +378,17 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     http,
     connections,
     responses,
+    credentials,
+    reload,
     close,
+  };
+}
+
+function tlsPaths(settings: AdapterSettings) {
+  return {
+    cert: settings.tlsCert!,
+    key: settings.tlsKey!,
+    ...(settings.tlsClientCa === undefined ? {} : { clientCa: settings.tlsClientCa }),
   };
 }
 
@@ -293,18 +410,6 @@ function sendRates(settings: AdapterSettings, topology: Topology, now: () => num
     own,
     now,
   });
-}
-
-function authenticate(topology: Topology, req: IncomingMessage): Principal {
-  const header = req.headers.authorization;
-  const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : '';
-  if (token === '') {
-    throw new GatewayError('unauthorized', 'an Authorization: Bearer <token> header is required');
-  }
-  const who = principalForTokenHash(topology, createHash('sha256').update(token).digest());
-  if (who === undefined)
-    throw new GatewayError('unauthorized', 'the bearer token belongs to no agent or operator');
-  return who;
 }
 
 /** Whether `principal` may call a route for `who` (routes.ts, Who), and as whom. */

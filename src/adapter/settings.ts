@@ -157,6 +157,21 @@ export const ADAPTER_SETTINGS = {
    * stall. Default 120: four default leases, far past a healthy agent's gap between two polls.
    */
   stallS: { env: 'AGW_STALL_S', default: '120' },
+  /** PEM certificate chain: with AGW_TLS_KEY, the adapter serves HTTPS only. */
+  tlsCert: { env: 'AGW_TLS_CERT' },
+  /** PEM private key of AGW_TLS_CERT. */
+  tlsKey: { env: 'AGW_TLS_KEY' },
+  /**
+   * PEM CA: every path but /healthz, /health and /metrics needs a client certificate it signed
+   * (mTLS); one that names an agent (URI SAN) binds the connection to that agent.
+   */
+  tlsClientCa: { env: 'AGW_TLS_CLIENT_CA' },
+  /** A JWKS file: bearer tokens that are JWTs are verified with its keys (jwt.ts). */
+  jwtJwks: { env: 'AGW_JWT_JWKS' },
+  /** The `iss` those JWTs must carry; required with AGW_JWT_JWKS. */
+  jwtIssuer: { env: 'AGW_JWT_ISSUER' },
+  /** The `aud` they must carry. Default agent-gateway. */
+  jwtAudience: { env: 'AGW_JWT_AUDIENCE', default: 'agent-gateway' },
   /**
    * 1: start even when the topology holds the hash of a public development token
    * (`dev-token-<id>`), as `npm start` does. Default 0: the adapter refuses to start.
@@ -230,8 +245,36 @@ export const AdapterSettingsSchema = z
     }),
     stallS: intSetting(1, 86_400),
     allowDevTokens: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
+    tlsCert: z.string().min(1, 'must not be empty').optional(),
+    tlsKey: z.string().min(1, 'must not be empty').optional(),
+    tlsClientCa: z.string().min(1, 'must not be empty').optional(),
+    jwtJwks: z.string().min(1, 'must not be empty').optional(),
+    jwtIssuer: z.string().min(1, 'must not be empty').optional(),
+    jwtAudience: z.string().min(1, 'must not be empty'),
   })
   .superRefine((s, ctx) => {
+    if ((s.tlsCert === undefined) !== (s.tlsKey === undefined)) {
+      const missing = s.tlsCert === undefined ? 'tlsCert' : 'tlsKey';
+      ctx.addIssue({
+        code: 'custom',
+        path: [missing],
+        message: 'AGW_TLS_CERT and AGW_TLS_KEY go together: set both or neither',
+      });
+    }
+    if (s.tlsClientCa !== undefined && s.tlsCert === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tlsClientCa'],
+        message: 'needs AGW_TLS_CERT and AGW_TLS_KEY: client certificates are asked for over TLS',
+      });
+    }
+    if (s.jwtJwks !== undefined && s.jwtIssuer === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['jwtIssuer'],
+        message: 'is required with AGW_JWT_JWKS: the issuer whose tokens are taken',
+      });
+    }
     if (s.maxLeaseMs < s.leaseMs) {
       ctx.addIssue({
         code: 'custom',

@@ -1,7 +1,8 @@
 /**
- * The topology file: agents with their token hashes, static channels with their members, and the
- * agent that receives alerts. Validated whole at start; membership is fixed until a restart
- * (docs/reference/configuration.md, "Topology file").
+ * The topology file: agents with their token hashes and subjects, static channels with their
+ * members, the agent that receives alerts, the operators. Validated whole at start; membership is
+ * fixed until a restart, credentials are reloaded (credentials.ts; docs/reference/configuration.md,
+ * "Topology file").
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -14,18 +15,29 @@ const name = z
   .string()
   .regex(NAME_PATTERN, 'must be 1-64 of A-Z a-z 0-9 _ . - (not starting with . _ -)');
 
+/** One hex SHA-256, or a non-empty list of them (both valid while a token is rotated). */
+function tokenHashes(message: string) {
+  const one = z.string().regex(/^[0-9a-fA-F]{64}$/, message);
+  return z.union([one.transform((h) => [h]), z.array(one).min(1, 'must list at least one hash')], {
+    error: `${message}, or a list of them`,
+  });
+}
+
 const TopologySchema = z.strictObject({
   agents: z
     .array(
       z.strictObject({
         id: name.refine((id) => id !== ADAPTER_SENDER, `"${ADAPTER_SENDER}" is reserved`),
         role: z.string().min(1).max(64).optional(),
-        token_sha256: z
-          .string()
-          .regex(
-            /^[0-9a-fA-F]{64}$/,
-            'must be the hex SHA-256 of the token (64 hex digits; docs/deploy.md, "Tokens", makes one)',
-          ),
+        /** The SHA-256 of its token, or a list of them while a token is rotated. */
+        token_sha256: tokenHashes(
+          'must be the hex SHA-256 of the token (64 hex digits; docs/deploy.md, "Tokens", makes one)',
+        ).optional(),
+        /**
+         * The `sub` of a JWT that proves its workload identity (a Kubernetes service account's
+         * `system:serviceaccount:NS:NAME`), and the URI SAN its client certificate may carry.
+         */
+        subject: z.string().min(1).max(512).optional(),
         /** Its own AGW_SEND_RATE (messages a second; 0: no limit), for an agent that needs more. */
         send_rate: z.number().int().min(0).max(1_000_000).optional(),
         /** Its own AGW_SEND_BURST. */
@@ -40,9 +52,7 @@ const TopologySchema = z.strictObject({
     .array(
       z.strictObject({
         id: name,
-        token_sha256: z
-          .string()
-          .regex(/^[0-9a-fA-F]{64}$/, 'must be the hex SHA-256 of the token (64 hex digits)'),
+        token_sha256: tokenHashes('must be the hex SHA-256 of the token (64 hex digits)'),
       }),
     )
     .default([]),
@@ -51,7 +61,10 @@ const TopologySchema = z.strictObject({
 export interface Agent {
   readonly id: string;
   readonly role: string | undefined;
-  readonly tokenHash: Buffer;
+  /** The SHA-256 of each token it may use (several while one is rotated); none: JWT only. */
+  readonly tokenHashes: readonly Buffer[];
+  /** The `sub` of its JWTs and a URI SAN of its client certificate (topology `subject`). */
+  readonly subject: string | undefined;
   /** Its own send rate and burst (topology `send_rate`, `send_burst`), where it sets them. */
   readonly sendRate?: number;
   readonly sendBurst?: number;
@@ -65,7 +78,7 @@ export interface Channel {
 /** A person who runs the deployment (topology `operators`); acts as `operator:<id>`. */
 export interface Operator {
   readonly id: string;
-  readonly tokenHash: Buffer;
+  readonly tokenHashes: readonly Buffer[];
 }
 
 export interface Topology {
@@ -147,22 +160,41 @@ export function compileTopology(
   const devHashes = new Map(
     parsed.data.agents.map((a) => [sha256Hex(devToken(a.id)), devToken(a.id)] as const),
   );
+  const subjects = new Map<string, string>();
   parsed.data.agents.forEach((a, i) => {
     if (agents.has(a.id)) fail(`agents.${i}.id: duplicate agent id "${a.id}"`);
-    const hash = a.token_sha256.toLowerCase();
-    const other = hashes.get(hash);
-    if (other !== undefined)
-      fail(`agents.${i}.token_sha256: "${a.id}" has the same token as "${other}"`);
-    hashes.set(hash, a.id);
-    const dev = devHashes.get(hash);
-    if (dev !== undefined && opts.allowDevTokens !== true)
+    if (a.token_sha256 === undefined && a.subject === undefined)
       fail(
-        `agents.${i}.token_sha256: "${a.id}" has the hash of the public development token "${dev}" (anyone could act as "${a.id}"): put the SHA-256 of a random token there (docs/deploy.md, "Tokens"), or set AGW_ALLOW_DEV_TOKENS=1 for local development`,
+        `agents.${i}: "${a.id}" has neither token_sha256 nor subject: nothing could prove it is "${a.id}"`,
       );
+    const own = (a.token_sha256 ?? []).map((h) => h.toLowerCase());
+    own.forEach((hash, j) => {
+      const at = own.length > 1 ? `agents.${i}.token_sha256.${j}` : `agents.${i}.token_sha256`;
+      const other = hashes.get(hash);
+      if (other !== undefined)
+        fail(
+          other === a.id
+            ? `${at}: "${a.id}" lists the same hash twice`
+            : `${at}: "${a.id}" has the same token as "${other}"`,
+        );
+      hashes.set(hash, a.id);
+      const dev = devHashes.get(hash);
+      if (dev !== undefined && opts.allowDevTokens !== true)
+        fail(
+          `${at}: "${a.id}" has the hash of the public development token "${dev}" (anyone could act as "${a.id}"): put the SHA-256 of a random token there (docs/deploy.md, "Tokens"), or set AGW_ALLOW_DEV_TOKENS=1 for local development`,
+        );
+    });
+    if (a.subject !== undefined) {
+      const other = subjects.get(a.subject);
+      if (other !== undefined)
+        fail(`agents.${i}.subject: "${a.id}" has the same subject as "${other}" ("${a.subject}")`);
+      subjects.set(a.subject, a.id);
+    }
     agents.set(a.id, {
       id: a.id,
       role: a.role,
-      tokenHash: Buffer.from(hash, 'hex'),
+      tokenHashes: own.map((h) => Buffer.from(h, 'hex')),
+      subject: a.subject,
       ...(a.send_rate === undefined ? {} : { sendRate: a.send_rate }),
       ...(a.send_burst === undefined ? {} : { sendBurst: a.send_burst }),
     });
@@ -184,48 +216,90 @@ export function compileTopology(
   const operators = new Map<string, Operator>();
   parsed.data.operators.forEach((o, i) => {
     if (operators.has(o.id)) fail(`operators.${i}.id: duplicate operator id "${o.id}"`);
-    const hash = o.token_sha256.toLowerCase();
-    const other = hashes.get(hash);
-    if (other !== undefined)
-      fail(`operators.${i}.token_sha256: operator "${o.id}" has the same token as "${other}"`);
-    hashes.set(hash, operatorName(o.id));
-    if (hash === sha256Hex(devToken(operatorName(o.id))) && opts.allowDevTokens !== true)
-      fail(
-        `operators.${i}.token_sha256: operator "${o.id}" has the hash of the public development token "${devToken(operatorName(o.id))}": put the SHA-256 of a random token there (docs/operators.md), or set AGW_ALLOW_DEV_TOKENS=1 for local development`,
-      );
-    operators.set(o.id, { id: o.id, tokenHash: Buffer.from(hash, 'hex') });
+    const own = o.token_sha256.map((h) => h.toLowerCase());
+    own.forEach((hash, j) => {
+      const at =
+        own.length > 1 ? `operators.${i}.token_sha256.${j}` : `operators.${i}.token_sha256`;
+      const other = hashes.get(hash);
+      if (other !== undefined) fail(`${at}: operator "${o.id}" has the same token as "${other}"`);
+      hashes.set(hash, operatorName(o.id));
+      if (hash === sha256Hex(devToken(operatorName(o.id))) && opts.allowDevTokens !== true)
+        fail(
+          `${at}: operator "${o.id}" has the hash of the public development token "${devToken(operatorName(o.id))}": put the SHA-256 of a random token there (docs/operators.md), or set AGW_ALLOW_DEV_TOKENS=1 for local development`,
+        );
+    });
+    operators.set(o.id, { id: o.id, tokenHashes: own.map((h) => Buffer.from(h, 'hex')) });
   });
   return { agents, channels, alertsTo: parsed.data.alerts_to, operators };
 }
 
 /**
- * The agent a token's SHA-256 belongs to. Every agent's hash is compared with timingSafeEqual and
- * the loop never stops early, so the time taken says nothing about which hash matched or how
- * much of one did.
- */
-export function agentForTokenHash(topology: Topology, tokenHash: Buffer): Agent | undefined {
-  let found: Agent | undefined;
-  for (const agent of topology.agents.values()) {
-    if (timingSafeEqual(agent.tokenHash, tokenHash) && found === undefined) found = agent;
-  }
-  return found;
-}
-
-/**
- * Whose token this SHA-256 is: an agent's or an operator's. Every hash is compared (as in
- * agentForTokenHash), so the time taken tells nothing of which matched.
+ * Whose token this SHA-256 is: an agent's or an operator's. Every hash of every agent and
+ * operator is compared with timingSafeEqual and the loops never stop early, so the time taken
+ * says nothing about which hash matched or how much of one did.
  */
 export function principalForTokenHash(
   topology: Topology,
   tokenHash: Buffer,
 ): Principal | undefined {
-  const agent = agentForTokenHash(topology, tokenHash);
+  let agent: Agent | undefined;
+  for (const a of topology.agents.values()) {
+    for (const h of a.tokenHashes)
+      if (timingSafeEqual(h, tokenHash) && agent === undefined) agent = a;
+  }
   let operator: Operator | undefined;
   for (const o of topology.operators.values()) {
-    if (timingSafeEqual(o.tokenHash, tokenHash) && operator === undefined) operator = o;
+    for (const h of o.tokenHashes)
+      if (timingSafeEqual(h, tokenHash) && operator === undefined) operator = o;
   }
   if (agent !== undefined) return { kind: 'agent', agent };
   return operator === undefined ? undefined : { kind: 'operator', operator };
+}
+
+/** The agent whose topology `subject` is `subject` (a JWT's `sub`, a certificate's URI SAN). */
+export function agentForSubject(topology: Topology, subject: string): Agent | undefined {
+  for (const a of topology.agents.values()) if (a.subject === subject) return a;
+  return undefined;
+}
+
+/**
+ * The agent a client certificate's URI SANs name: one equal to an agent's `subject`, or a
+ * SPIFFE id whose path ends in `/agent/<id>` (any trust domain: the CA decides who may hold it).
+ */
+export function agentForUris(topology: Topology, uris: readonly string[]): Agent | undefined {
+  for (const uri of uris) {
+    const bySubject = agentForSubject(topology, uri);
+    if (bySubject !== undefined) return bySubject;
+    const m = /^spiffe:\/\/[^/]+(?:\/[^/]+)*\/agent\/([^/]+)$/.exec(uri);
+    const agent = m === null ? undefined : topology.agents.get(m[1]!);
+    if (agent !== undefined) return agent;
+  }
+  return undefined;
+}
+
+/**
+ * What differs between two topologies other than their credentials (token hashes, subjects,
+ * operators), in one line; undefined when nothing does. A reload takes new credentials only:
+ * membership and the agents are fixed until a restart.
+ */
+export function shapeChange(running: Topology, next: Topology): string | undefined {
+  const ids = (t: Topology) => [...t.agents.keys()].sort().join(',');
+  if (ids(running) !== ids(next))
+    return `its agents differ (running: ${ids(running)}; file: ${ids(next)})`;
+  for (const [id, a] of running.agents) {
+    const b = next.agents.get(id)!;
+    if (a.role !== b.role || a.sendRate !== b.sendRate || a.sendBurst !== b.sendBurst)
+      return `agent "${id}" differs in its role, send_rate or send_burst`;
+  }
+  const channels = (t: Topology) =>
+    [...t.channels.values()]
+      .map((c) => `${c.name}:${[...c.members].sort().join('+')}`)
+      .sort()
+      .join(',');
+  if (channels(running) !== channels(next)) return 'its channels or their members differ';
+  if (running.alertsTo !== next.alertsTo)
+    return `alerts_to differs (running: ${running.alertsTo}; file: ${next.alertsTo})`;
+  return undefined;
 }
 
 function sha256Hex(text: string): string {

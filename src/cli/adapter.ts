@@ -1,9 +1,11 @@
 /**
  * `agent-gateway adapter`: reads the settings and the topology, starts the adapter, and stops
- * it on SIGTERM or SIGINT. Exit 2 for a bad setting or topology (one line on stderr), 1 when the
- * store cannot be opened or fails its integrity check.
+ * it on SIGTERM or SIGINT; SIGHUP reloads its credentials and TLS files. Exit 2 for a bad
+ * setting, topology, TLS file or JWKS (one line on stderr), 1 when the store cannot be opened or
+ * fails its integrity check.
  */
 
+import { loadSecurity } from '../adapter/security.js';
 import { startAdapter } from '../adapter/server.js';
 import { ADAPTER_SETTINGS, AdapterSettingsSchema, storeOptions } from '../adapter/settings.js';
 import { loadTopology } from '../adapter/topology.js';
@@ -25,6 +27,9 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
   );
   if (positionals.length > 0) throw new SettingsError(`unexpected argument "${positionals[0]}"`);
   const topology = loadTopology(settings.topology, { allowDevTokens: settings.allowDevTokens });
+  // TLS files and the JWKS: one that cannot be used is a bad setting (exit 2), told before the
+  // store is opened
+  const security = loadSecurity(settings, topology);
   // OTEL_* (CONTRACT.md, "Trace context"): a bad one is a bad setting, told before anything
   // else is opened; none, nothing loaded. A failing export is told in the log, made below.
   let warn = (_line: string) => {};
@@ -74,6 +79,7 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
       emergencies,
       notify,
       tracing,
+      security,
     });
   } catch (err) {
     logger.fatal({ err }, `adapter cannot start: ${(err as Error).message}`);
@@ -100,6 +106,13 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+  // SIGHUP: credentials (topology tokens, subjects, operators; the JWKS) and the TLS files are
+  // re-read; what cannot be used is refused with a log line and the old stays
+  const hup = () => {
+    if (!stopping) adapter.reload('SIGHUP');
+  };
+  process.on('SIGHUP', hup);
+  void stopped.then(() => process.off('SIGHUP', hup));
   const failed = async (err: unknown): Promise<number> => {
     logger.fatal({ err }, `adapter store failed its integrity check: ${(err as Error).message}`);
     emergencies.raise({

@@ -17,6 +17,9 @@ export const ERRORS = {
   invalid_envelope: { status: 400, retryable: false },
   invalid_request: { status: 400, retryable: false },
   unauthorized: { status: 401, retryable: false },
+  /** A JWT past its `exp`: the same request with the rotated token succeeds (the sidecar queues). */
+  token_expired: { status: 401, retryable: true },
+  identity_mismatch: { status: 403, retryable: false },
   sender_mismatch: { status: 403, retryable: false },
   not_member: { status: 403, retryable: false },
   /** Retired 2026-12-04: another agent's delivery is answered as an unknown one. */

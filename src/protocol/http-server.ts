@@ -42,7 +42,11 @@ export const DEFAULT_LIMITS: ServerLimits = {
 export interface TlsOptions {
   readonly cert: string | Buffer;
   readonly key: string | Buffer;
-  /** Client certificates are asked for and must chain to this CA (mutual TLS). */
+  /**
+   * Client certificates are asked for and checked against this CA (mutual TLS). A connection
+   * without a valid one is still accepted, so that probes reach the public routes; the program's
+   * guard refuses it elsewhere (`socket.authorized`).
+   */
   readonly ca?: string | Buffer;
 }
 
@@ -75,7 +79,7 @@ export interface ShellOptions<Who extends string, Ctx> {
   readonly limits: ServerLimits;
   readonly table: RouteTable<Who, Ctx>;
   /** Decides whether the caller may call the route, and what the handler knows of them. */
-  readonly guard: (who: Who, req: IncomingMessage) => Ctx;
+  readonly guard: (who: Who, req: IncomingMessage) => Ctx | Promise<Ctx>;
   readonly logger: Logger;
   /** An error the catalogue does not name, made into one it does (retryable storage failures). */
   readonly translate?: (err: unknown) => GatewayError | undefined;
@@ -136,7 +140,7 @@ export async function createServer<Who extends string, Ctx>(
           key: opts.tls.key,
           ...(opts.tls.ca === undefined
             ? {}
-            : { ca: opts.tls.ca, requestCert: true, rejectUnauthorized: true }),
+            : { ca: opts.tls.ca, requestCert: true, rejectUnauthorized: false }),
         }) as unknown as Server);
   // Longer than any client's idle timeout (undici and fetch follow the Keep-Alive hint this
   // sends, less a margin), so the client closes an idle connection first and never sends a

@@ -136,7 +136,7 @@ export class RouteTable<Who extends string, Ctx> {
   async serve(
     req: IncomingMessage,
     res: ServerResponse,
-    guard: (who: Who, req: IncomingMessage) => Ctx,
+    guard: (who: Who, req: IncomingMessage) => Ctx | Promise<Ctx>,
     scope: RequestScope,
     onRouted?: (scope: RequestScope) => void,
   ): Promise<void> {
@@ -146,7 +146,8 @@ export class RouteTable<Who extends string, Ctx> {
     const { route: r, params } = this.find(req.method, path);
     scope.route = r.path;
     onRouted?.(scope);
-    const ctx = guard(r.who, req);
+    const guarded = guard(r.who, req);
+    const ctx = guarded instanceof Promise ? await guarded : guarded;
     // a POST to a route that reads a body, or one that sends a body anyway, is JSON
     // (docs/reference/errors.md, `not_json`: 415 for one that is not): the adapter stored
     // `text/plain` bodies before

@@ -4,6 +4,7 @@
  * search, filtered dead letters, bulk redrive with progress and order, operator messages, and
  * the audit log's chain. A real adapter on port 0 with a SQLite file in a temp folder.
  */
+import { hostname } from 'node:os';
 import { afterEach, describe, expect, it } from 'vitest';
 import { auditEntry, GENESIS_HASH } from '../../src/store/rules/operators.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
@@ -373,6 +374,8 @@ describe('operator messages and the audit log', () => {
     const audit = await call(url, 'GET', '/v1/audit', { agent: OP });
     const entries = audit.body.entries as Json[];
     expect(entries.map((e) => [e.actor, e.action, e.target])).toEqual([
+      // the adapter's own start, first in the chain
+      ['adapter', 'start', hostname()],
       [OP, 'message', m.body.message_id],
       [OP, 'message', cont.body.message_id],
       [OP, 'pause', 'growth'],
@@ -396,7 +399,7 @@ describe('operator messages and the audit log', () => {
       expect(again.hash).toBe(e.hash);
       prev = e.hash;
     }
-    const page = await call(url, 'GET', `/v1/audit?after=${entries[1].seq}&limit=1`, { agent: OP });
+    const page = await call(url, 'GET', `/v1/audit?after=${entries[2].seq}&limit=1`, { agent: OP });
     expect(page.body.entries.map((e: Json) => e.action)).toEqual(['pause']);
     expect((await call(url, 'GET', '/v1/audit', { agent: 'orchestrator' })).status).toBe(403);
   });
