@@ -127,16 +127,20 @@ export class Credentials {
 
   /** The agent the connection's client certificate names, null for none; 401 without one. */
   #certified(socket: TLSSocket): string | null {
-    if (!socket.authorized)
+    const known = this.#peers.get(socket);
+    if (known !== undefined) return known;
+    // `authorized` alone is not enough: a connection that resumes the TLS session of one that
+    // showed no certificate is reported authorized (OpenSSL keeps the session's verify result,
+    // which is "ok" when nothing was verified), so a certificate must be there too
+    const peer = socket.getPeerCertificate();
+    if (!socket.authorized || peer === null || peer.raw === undefined)
       throw new GatewayError(
         'unauthorized',
         `a client certificate signed by AGW_TLS_CLIENT_CA is required${
           socket.authorizationError ? ` (${String(socket.authorizationError)})` : ''
         }`,
       );
-    const known = this.#peers.get(socket);
-    if (known !== undefined) return known;
-    const san = socket.getPeerCertificate().subjectaltname ?? '';
+    const san = peer.subjectaltname ?? '';
     const uris = san
       .split(', ')
       .filter((n) => n.startsWith('URI:'))

@@ -41,6 +41,8 @@ export async function startTestAdapter(
     emergencies?: Emergencies;
     /** AdapterOptions.storageProbeMs. */
     storageProbeMs?: number;
+    /** AdapterOptions.fileWatchMs: how often the credential and TLS files are checked. */
+    fileWatchMs?: number;
     /** What the adapter is given instead of the store opened from `db` (which it wraps). */
     wrapStore?: (store: Store) => Store;
   } = {},

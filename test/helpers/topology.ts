@@ -28,7 +28,9 @@ export interface TopologyObject {
   agents: {
     id: string;
     role?: string;
-    token_sha256: string;
+    /** One hash, a list while a token is rotated, or none for an agent known by its subject. */
+    token_sha256?: string | string[];
+    subject?: string;
     send_rate?: number;
     send_burst?: number;
   }[];
