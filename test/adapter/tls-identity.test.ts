@@ -99,7 +99,7 @@ describe('TLS only', () => {
     // a client that does not trust the CA is refused at the handshake
     await expect(call(client({ ca: otherCa }), a.url, 'GET', '/healthz')).rejects.toThrow();
     // plain HTTP to the TLS port gets no HTTP answer
-    await expect(fetch(a.url.replace('https:', 'http:') + '/healthz')).rejects.toThrow();
+    await expect(fetch(`${a.url.replace('https:', 'http:')}/healthz`)).rejects.toThrow();
     await c.close();
   });
 });
