@@ -84,45 +84,41 @@ export class Credentials {
 
   /**
    * Who made `req`, or a GatewayError: unauthorized, token_expired, identity_mismatch. Each
-   * failure is counted for the audit log.
+   * failure is counted for the audit log. Synchronous but for a JWT not verified before (its
+   * signature is checked by WebCrypto).
    */
-  async authenticate(req: IncomingMessage): Promise<Principal> {
-    try {
-      return await this.#authenticate(req);
-    } catch (err) {
+  authenticate(req: IncomingMessage): Principal | Promise<Principal> {
+    const failed = (err: unknown): never => {
       if (err instanceof GatewayError) this.#failed(req, err.code);
       throw err;
+    };
+    try {
+      const who = this.#authenticate(req);
+      return who instanceof Promise ? who.catch(failed) : who;
+    } catch (err) {
+      return failed(err);
     }
   }
 
-  async #authenticate(req: IncomingMessage): Promise<Principal> {
+  #authenticate(req: IncomingMessage): Principal | Promise<Principal> {
     const certified = this.#o.mtls ? this.#certified(req.socket as TLSSocket) : null;
     const header = req.headers.authorization;
     const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : '';
     if (token === '')
       throw new GatewayError('unauthorized', 'an Authorization: Bearer <token> header is required');
     const topology = this.#topology;
-    let who: Principal | undefined;
     if (this.#o.jwt !== undefined && looksLikeJwt(token)) {
-      const sub = await this.#o.jwt.subject(token);
-      const agent = agentForSubject(topology, sub);
-      if (agent === undefined)
-        throw new GatewayError('unauthorized', `the JWT's sub "${sub}" is no agent's subject`);
-      who = { kind: 'agent', agent };
-    } else {
-      who = principalForTokenHash(topology, createHash('sha256').update(token).digest());
-      if (who === undefined)
-        throw new GatewayError('unauthorized', 'the bearer token belongs to no agent or operator');
+      return this.#o.jwt.subject(token).then((sub) => {
+        const agent = agentForSubject(topology, sub);
+        if (agent === undefined)
+          throw new GatewayError('unauthorized', `the JWT's sub "${sub}" is no agent's subject`);
+        return bound({ kind: 'agent', agent }, certified);
+      });
     }
-    if (certified !== null) {
-      const named = who.kind === 'agent' ? who.agent.id : operatorName(who.operator.id);
-      if (named !== certified)
-        throw new GatewayError(
-          'identity_mismatch',
-          `the client certificate is ${certified}'s, the token ${named}'s`,
-        );
-    }
-    return who;
+    const who = principalForTokenHash(topology, createHash('sha256').update(token).digest());
+    if (who === undefined)
+      throw new GatewayError('unauthorized', 'the bearer token belongs to no agent or operator');
+    return bound(who, certified);
   }
 
   /** The agent the connection's client certificate names, null for none; 401 without one. */
@@ -238,6 +234,18 @@ export class Credentials {
     clearInterval(this.#flushTimer);
     this.flushFailures();
   }
+}
+
+/** `who`, when the connection's certificate names no agent or names it; identity_mismatch else. */
+function bound(who: Principal, certified: string | null): Principal {
+  if (certified === null) return who;
+  const named = who.kind === 'agent' ? who.agent.id : operatorName(who.operator.id);
+  if (named !== certified)
+    throw new GatewayError(
+      'identity_mismatch',
+      `the client certificate is ${certified}'s, the token ${named}'s`,
+    );
+  return who;
 }
 
 /**

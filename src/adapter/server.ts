@@ -220,10 +220,12 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     if (closing)
       throw new GatewayError('shutting_down', 'the adapter is shutting down; retry shortly');
     if (!ready) throw new GatewayError('not_ready', 'the adapter is starting; retry shortly');
-    return credentials.authenticate(req).then((principal) => {
+    const admit = (principal: Principal): Caller => {
       connections.trust(req.socket);
       return callerFor(topology, principal, who);
-    });
+    };
+    const principal = credentials.authenticate(req);
+    return principal instanceof Promise ? principal.then(admit) : admit(principal);
   };
 
   // Within AGW_MAX_CONNECTIONS, what a peer that showed no token may hold (connection-limits.ts).
