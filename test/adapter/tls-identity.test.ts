@@ -13,6 +13,7 @@ import { Agent, fetch } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { agentCert, type Ca, issue, makeCa, pem, serverCert } from '../helpers/certs.js';
+import { runCli } from '../helpers/cli.js';
 import type { Json } from '../helpers/http.js';
 import { tempDir, tokenOf } from '../helpers/topology.js';
 import { until as waitFor } from '../helpers/wait.js';
@@ -101,6 +102,14 @@ describe('TLS only', () => {
     // plain HTTP to the TLS port gets no HTTP answer
     await expect(fetch(`${a.url.replace('https:', 'http:')}/healthz`)).rejects.toThrow();
     await c.close();
+  });
+
+  it("is probed by wait-ready: refused unchecked only with --insecure (the kubelet's way)", async () => {
+    const url = `${a.url}/health`;
+    const checked = await runCli(['wait-ready', '--url', url, '--timeout', '0.5']);
+    expect(checked.code).toBe(1);
+    const insecure = await runCli(['wait-ready', '--url', url, '--timeout', '5', '--insecure']);
+    expect(insecure.code).toBe(0);
   });
 });
 
