@@ -115,13 +115,13 @@ function loadKeySet(path: string): ReturnType<typeof createLocalJWKSet> {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    fail(`cannot read: ${(err as Error).message}`);
+    fail(`cannot read: ${firstLine((err as Error).message)}`);
   }
   let set: JSONWebKeySet | undefined;
   try {
     set = JSON.parse(text) as JSONWebKeySet;
   } catch (err) {
-    fail(`not JSON: ${(err as Error).message}`);
+    fail(`not JSON: ${firstLine((err as Error).message)}`);
   }
   if (typeof set !== 'object' || set === null || !Array.isArray(set.keys))
     return fail('not a JWKS: it needs a "keys" list');
@@ -137,7 +137,7 @@ function loadKeySet(path: string): ReturnType<typeof createLocalJWKSet> {
   try {
     return createLocalJWKSet(set);
   } catch (err) {
-    return fail(`not a usable JWKS: ${(err as Error).message}`);
+    return fail(`not a usable JWKS: ${firstLine((err as Error).message)}`);
   }
 }
 
@@ -148,4 +148,9 @@ function reason(err: unknown): string {
   if (err instanceof errors.JWSSignatureVerificationFailed) return 'its signature does not verify';
   if (err instanceof errors.JWKSNoMatchingKey) return 'no key of AGW_JWT_JWKS matches it';
   return (err as Error).message ?? String(err);
+}
+
+/** A message on one line: the settings line is one line, whatever a parser quoted. */
+function firstLine(text: string): string {
+  return text.split(/\r?\n/, 1)[0] ?? '';
 }
