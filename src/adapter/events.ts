@@ -90,7 +90,9 @@ export function watch(
         ? `${p.count} deliveries to ${p.recipient} dead-lettered (${p.reason})`
         : p.reason === 'integrity'
           ? `${p.count} stored message(s) to ${p.recipient} failed their checksum: quarantined to the dead letters, never served`
-          : `${p.count} stored message(s) of ${p.recipient} failed their checksum on a read: skipped, never served`;
+          : p.reason === 'audit_chain'
+            ? auditChainMessage(p)
+            : `${p.count} stored message(s) of ${p.recipient} failed their checksum on a read: skipped, never served`;
     if (reason === 'integrity') logger.error({ alert: p }, `integrity: ${message}`);
     raiseOrLog(emergencies, logger, {
       reason,
@@ -131,4 +133,14 @@ export function watch(
   events.on('storage:recovered', (by) =>
     logger.warn(`storage: writes work again (${by} committed); /health answers 200`),
   );
+}
+
+/**
+ * An `audit_chain` alert's sentence (adapter/audit-check.ts): its first id names the break as
+ * `audit:<seq>:<kind>`.
+ */
+function auditChainMessage(p: AlertPayload): string {
+  const m = /^audit:(\d+):([a-z]+)$/.exec(p.message_ids[0] ?? '');
+  const where = m === null ? '' : ` at seq ${m[1]} (${m[2]})`;
+  return `the audit log's hash chain is broken${where}: the adapter goes on serving and appends after the break; agent-gateway audit verify names it`;
 }

@@ -5,6 +5,10 @@
  * operator sets it) and messages a delivery still waits for. Runs at start and hourly, in groups of
  * 200 messages, each its own small transaction through the group commit, so a request never waits
  * behind more than one of them (a few milliseconds).
+ *
+ * The audit log has a horizon of its own (AGW_AUDIT_RETENTION_DAYS, 365): its entries older than
+ * that go from the oldest end only, in the same batches, never the newest; the first kept entry's
+ * prev_hash is then the anchor its verification starts from (store/rules/audit-chain.ts).
  */
 import type { Logger } from 'pino';
 import type { GroupCommit } from './group-commit.js';
@@ -13,6 +17,8 @@ const DAY_MS = 24 * 3600 * 1000;
 const HOUR_MS = 3600 * 1000;
 /** Messages pruned per transaction: ~2-4 ms of deletes on this machine. */
 const BATCH = 200;
+/** The audit log's horizon when none is given (AGW_AUDIT_RETENTION_DAYS): a year. */
+export const DEFAULT_AUDIT_RETENTION_DAYS = 365;
 
 export interface RetentionOptions {
   readonly commits: GroupCommit;
@@ -26,6 +32,11 @@ export interface RetentionOptions {
    * delivery waits for; 0: kept for ever. The way out when kept kinds fill the store.
    */
   readonly keepDays?: number;
+  /**
+   * Days the audit log keeps its entries (AGW_AUDIT_RETENTION_DAYS). Default 365
+   * (DEFAULT_AUDIT_RETENTION_DAYS).
+   */
+  readonly auditDays?: number;
 }
 
 export class Retention {
@@ -57,19 +68,43 @@ export class Retention {
 
   async #pass(): Promise<number> {
     const { now, days, keepKinds, keepDays = 0, logger } = this.#o;
+    const auditDays = this.#o.auditDays ?? DEFAULT_AUDIT_RETENTION_DAYS;
     const at = now();
     const before = at - days * DAY_MS;
     let total = await this.#prune(before, keepKinds);
     // past their own horizon the kept kinds go too (a second sweep, nothing kept)
     const keptBefore = keepDays > 0 ? at - keepDays * DAY_MS : undefined;
     if (keptBefore !== undefined) total += await this.#prune(keptBefore, []);
-    if (total > 0) {
+    const auditBefore = at - auditDays * DAY_MS;
+    const audit = await this.#pruneAudit(auditBefore);
+    if (total > 0 || audit > 0) {
       const horizon = { before: new Date(before).toISOString() };
       if (keptBefore !== undefined)
         Object.assign(horizon, { kept_before: new Date(keptBefore).toISOString() });
+      if (audit > 0)
+        Object.assign(horizon, {
+          audit_pruned: audit,
+          audit_before: new Date(auditBefore).toISOString(),
+        });
       logger.info({ pruned: total, ...horizon }, 'retention pass');
     }
     return total;
+  }
+
+  /** Prunes in batches the audit entries before `before`, from the oldest end. */
+  async #pruneAudit(before: number): Promise<number> {
+    const { commits, logger } = this.#o;
+    let total = 0;
+    for (;;) {
+      try {
+        const n = await commits.run({ op: 'prune_audit', before, limit: BATCH });
+        total += n;
+        if (n < BATCH) return total;
+      } catch (err) {
+        logger.error({ err }, 'audit log retention failed; it runs again within the hour');
+        throw err;
+      }
+    }
   }
 
   /** Prunes in batches every message received before `before` but kinds in `keep`. */

@@ -293,6 +293,15 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
             target: ack.message_id,
             detail: { channel: ack.channel, thread_id: ack.thread_id ?? null },
           });
+        } else if (ctx.overseer && !ack.duplicate && ack.thread_id !== ack.message_id) {
+          // the alerts_to agent's message in a thread: a continuation (its budget starts again)
+          await d.acts.record({
+            at: write.now(),
+            actor: ctx.agent,
+            action: 'continuation',
+            target: ack.message_id,
+            detail: { channel: ack.channel, thread_id: ack.thread_id },
+          });
         }
         return { status, body: ack };
       },

@@ -18,6 +18,7 @@ import { VERSION } from '../protocol/version.js';
 import { type FileWatch, watchFiles } from '../protocol/watched-files.js';
 import { StorageFailure, type Store } from '../store/store.js';
 import { NO_TRACING, type Tracing } from '../telemetry/tracing.js';
+import { checkAuditChain } from './audit-check.js';
 import { ConnectionLimits } from './connection-limits.js';
 import { Credentials, type ReloadResult } from './credentials.js';
 import { traceDeadLetters } from './dead-letter-spans.js';
@@ -143,6 +144,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
     days: settings.retentionDays,
     keepKinds: settings.retentionKeepKinds,
     keepDays: settings.retentionKeepDays,
+    auditDays: settings.auditRetentionDays,
   });
   const acts = new OperatorActs({ store, commits, now, logger });
   // the adapter's own audit entries (reloads, start and stop, failed authentication): after the
@@ -335,6 +337,9 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
       target: hostname(),
       detail: { version: VERSION, pid: process.pid, url, tls: security.tls !== undefined },
     });
+    // the audit log's chain, checked in the background (audit-check.ts): a break is an error
+    // line, a CRIT entry (integrity) and an alert/integrity; the adapter goes on serving
+    void checkAuditChain({ store, commits, logger, now });
     await opts.notify?.ready();
   })();
   // The caller decides what a failure means (the CLI exits); no unhandled rejection here.

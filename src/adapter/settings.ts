@@ -80,6 +80,12 @@ export const ADAPTER_SETTINGS = {
    */
   retentionKeepDays: { env: 'AGW_RETENTION_KEEP_DAYS', default: '0' },
   /**
+   * Days the audit log keeps its entries; older ones go from the oldest end only, never the
+   * newest (the first kept entry's prev_hash is the anchor verification starts from). Default
+   * 365.
+   */
+  auditRetentionDays: { env: 'AGW_AUDIT_RETENTION_DAYS', default: '365' },
+  /**
    * Bytes the store may use; past it new messages are refused (503 storage_full). Default
    * 4294967296 (4 GiB: 80% of the 5 GiB volume k8s/ gives it).
    */
@@ -201,6 +207,7 @@ export const AdapterSettingsSchema = z
     retryBaseMs: intSetting(1, 3600 * 1000),
     retentionDays: intSetting(1, 36500),
     retentionKeepDays: intSetting(0, 36500),
+    auditRetentionDays: intSetting(1, 36500),
     retentionKeepKinds: z.string().transform((s, ctx) => {
       const kinds = s
         .split(',')

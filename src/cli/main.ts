@@ -18,6 +18,7 @@ commands:
   mcp         the MCP tools on stdio, over the local sidecar (AGW_SIDECAR_URL)
   explain     ID [--url URL] [--token-file F] [--json]: why a message did or did not arrive
   migrate-store --from FILE --to URL: copy a stopped SQLite adapter's store into PostgreSQL
+  audit       verify [--db FILE|URL]: check the audit log's hash chain (exit 1: broken)
 
 Every setting is an AGW_* variable or the flag spelled from it; see README.md.`;
 
@@ -26,6 +27,7 @@ const COMMANDS: Record<
   (argv: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>
 > = {
   adapter: async (argv, env) => (await import('./adapter.js')).runAdapter(argv, env),
+  audit: async (argv, env) => (await import('./audit.js')).runAudit(argv, env),
   emergency: async (argv, env) => (await import('./emergency.js')).runEmergency(argv, env),
   explain: async (argv, env) => (await import('./explain.js')).runExplain(argv, env),
   mcp: async (argv, env) => (await import('./mcp.js')).runMcp(argv, env),

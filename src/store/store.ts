@@ -139,7 +139,9 @@ export type DeadLetterReason =
  * `recipient` (a sender) refused by a storage bound; `write_failures`, commits that kept failing
  * on the storage itself (`recipient` "adapter"), written once writes work again;
  * `hop_budget_exceeded` and `thread_budget_exceeded`, replies refused by a thread's budget
- * (`recipient` naming the sender refused: alert/budget, aggregated per sender).
+ * (`recipient` naming the sender refused: alert/budget, aggregated per sender);
+ * `audit_chain`, the audit log's hash chain found broken at start (`recipient` "audit_log",
+ * `message_ids` the first break as `audit:<seq>:<kind>`, adapter/audit-check.ts).
  */
 export type AlertReason =
   | DeadLetterReason
@@ -147,6 +149,7 @@ export type AlertReason =
   | 'checksum_mismatch'
   | 'storage_full'
   | 'write_failures'
+  | 'audit_chain'
   | BudgetReason;
 
 /** The kind of alert message each reason is told as (docs/design/delivery.md, "Alerts"). */
@@ -159,6 +162,7 @@ export const ALERT_KIND: Readonly<Record<AlertReason, SentAlert['kind']>> = {
   integrity: 'alert/integrity',
   critical_overrun: 'alert/overrun',
   checksum_mismatch: 'alert/integrity',
+  audit_chain: 'alert/integrity',
   storage_full: 'alert/storage',
   write_failures: 'alert/storage',
   hop_budget_exceeded: 'alert/budget',
@@ -363,8 +367,14 @@ export type StoreOp =
    * already replayed is counted skipped. The last step marks it done.
    */
   | { readonly op: 'redrive_step'; readonly id: string; readonly max: number; readonly now: number }
-  /** Appends an entry to the audit log (hash-chained, rules/audit.ts). */
+  /** Appends an entry to the audit log (hash-chained, rules/operators.ts auditEntry). */
   | { readonly op: 'audit'; readonly entry: AuditDraft }
+  /**
+   * Deletes up to `limit` audit entries from the oldest end: those before the first entry at or
+   * after `before` (ms), never the newest (the chain goes on from it). The first kept entry's
+   * prev_hash is the anchor verification starts from (rules/audit-chain.ts).
+   */
+  | { readonly op: 'prune_audit'; readonly before: number; readonly limit: number }
   /** Up to `limit` messages received before `before`, except kinds in `keep` and undelivered. */
   | {
       readonly op: 'prune';
@@ -388,6 +398,8 @@ export interface OpResults {
   alert: undefined;
   /** How many messages went. */
   prune: number;
+  /** How many audit entries went. */
+  prune_audit: number;
   pause: PauseAnswer;
   resume: PauseAnswer;
   /** How many dead letters the redrive takes. */

@@ -315,3 +315,9 @@ export async function appendAudit(tx: Tx, draft: AuditDraft): Promise<AuditEntry
   tx.wroteOperatorAct = true;
   return entry;
 }
+
+/** Up to `limit` entries from the oldest end, before `before` (LOCK_AUDIT held). */
+export async function pruneAudit(tx: Tx, before: number, limit: number): Promise<number> {
+  const rows = await tx.q('pruneAudit', [before, limit]);
+  return rows.length;
+}

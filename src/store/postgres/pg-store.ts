@@ -86,6 +86,7 @@ import {
   createRedrive,
   deadLettersStatement,
   lockRedrives,
+  pruneAudit,
   type RedriveTableRow,
   searchStatement,
   setPaused,
@@ -479,6 +480,7 @@ export class PgStore implements Store {
           agents.add(op.agent);
           break;
         case 'audit':
+        case 'prune_audit':
           audits = true;
           break;
         case 'replay_dead_letter': {
@@ -500,7 +502,8 @@ export class PgStore implements Store {
     // them later, behind that append's writes); the messages its replies name.
     const reads: Promise<unknown>[] = [tx.lockChannels(channels)];
     reads.push(tx.lockAgents(agents, this.#known));
-    // the audit log's end, after the agents rows: one transaction at a time appends to it
+    // the audit log's ends, after the agents rows: one transaction at a time appends to it or
+    // prunes it
     if (audits) tx.write('lockAudit');
     reads.push(
       tx.loadKeys(
@@ -598,6 +601,8 @@ export class PgStore implements Store {
         );
       case 'audit':
         return await appendAudit(tx, op.entry);
+      case 'prune_audit':
+        return await pruneAudit(tx, op.before, op.limit);
       case 'alert':
         tx.raise(op.recipient, op.reason, op.messageId, 0, op.now, op.count);
         return undefined;

@@ -29,18 +29,32 @@ export function canonicalJson(value: unknown): string {
   return JSON.stringify(value);
 }
 
+/** What an audit entry's hash covers: every field but the two hashes. */
+export type AuditBody = Omit<AuditEntry, 'prev_hash' | 'hash'>;
+
+/**
+ * An entry's hash: SHA-256 of `prevHash` and the canonical JSON of its body, hex. One function,
+ * for the append (auditEntry) and the verification (rules/audit-chain.ts) alike.
+ */
+export function auditHash(prevHash: string, body: AuditBody): string {
+  const { seq, at, actor, action, target, detail } = body;
+  const canonical = canonicalJson({ seq, at, actor, action, target, detail });
+  return createHash('sha256').update(prevHash).update(canonical).digest('hex');
+}
+
 /** The entry `draft` becomes as number `seq` after `prevHash`: SHA-256(prev_hash ‖ canonical). */
 export function auditEntry(seq: number, draft: AuditDraft, prevHash: string): AuditEntry {
-  const body = {
+  const body: AuditBody = {
     seq,
     at: new Date(draft.at).toISOString(),
     actor: draft.actor,
     action: draft.action,
     target: draft.target,
-    detail: draft.detail,
+    // hashed as it is stored and read back (JSON text): an `undefined` in a list or a NaN
+    // would otherwise hash differently from the row, and a sound entry would fail verification
+    detail: JSON.parse(JSON.stringify(draft.detail)) as Record<string, unknown>,
   };
-  const hash = createHash('sha256').update(prevHash).update(canonicalJson(body)).digest('hex');
-  return { ...body, prev_hash: prevHash, hash };
+  return { ...body, prev_hash: prevHash, hash: auditHash(prevHash, body) };
 }
 
 /**
@@ -138,16 +152,31 @@ export interface AuditRow {
   hash: string;
 }
 
-/** The entry a row is read back as (GET /v1/audit). */
+/**
+ * The entry a row is read back as (GET /v1/audit, verification). A row changed behind the
+ * adapter's back may hold what no append writes (a `detail` that is not JSON, an `at` that is
+ * no time): it is read as it is (`detail` `{"unparsable": text}`, `at` the raw value), so that
+ * the log stays readable past it and verification names it as changed rather than failing.
+ */
 export function auditView(r: AuditRow): AuditEntry {
+  const ms = Number(r.at);
   return {
     seq: Number(r.seq),
-    at: new Date(Number(r.at)).toISOString(),
+    at: Number.isFinite(ms) && Math.abs(ms) <= 8.64e15 ? new Date(ms).toISOString() : String(r.at),
     actor: r.actor,
     action: r.action,
     target: r.target,
-    detail: JSON.parse(r.detail) as Record<string, unknown>,
+    detail: detailOf(r.detail),
     prev_hash: r.prev_hash,
     hash: r.hash,
   };
+}
+
+function detailOf(text: string): Record<string, unknown> {
+  try {
+    const v: unknown = JSON.parse(text);
+    if (v !== null && typeof v === 'object' && !Array.isArray(v))
+      return v as Record<string, unknown>;
+  } catch {}
+  return { unparsable: String(text) };
 }

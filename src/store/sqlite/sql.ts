@@ -432,6 +432,20 @@ export const SQL = {
   audit: `
     SELECT seq, at, actor, action, target, detail, prev_hash, hash FROM audit_log
     WHERE seq > ? ORDER BY seq LIMIT ?`,
+  /**
+   * Retention of the audit log: up to a batch of the oldest entries, those before the first
+   * entry (in seq order) at or after the horizon, never the newest one, so the chain goes on
+   * from it and a seq is never reused. In seq order, not by `at`: an entry whose clock ran behind
+   * (another replica's) is not taken from the middle. The horizon's entry is found by walking
+   * the primary key from the start: the entries pruned and one more.
+   */
+  pruneAudit: `
+    DELETE FROM audit_log WHERE seq IN (
+      SELECT seq FROM audit_log
+      WHERE seq < coalesce(
+        (SELECT seq FROM audit_log WHERE at >= ? ORDER BY seq LIMIT 1),
+        (SELECT max(seq) FROM audit_log))
+      ORDER BY seq LIMIT ?)`,
   touchAgent: `
     INSERT INTO agents (id, last_seen) VALUES (?, ?)
     ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`,

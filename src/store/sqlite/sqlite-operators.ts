@@ -75,6 +75,7 @@ export class Operators {
       lastAudit: p<{ seq: number; hash: string }>(SQL.lastAudit),
       insertAudit: p(SQL.insertAudit),
       audit: p<AuditRow>(SQL.audit),
+      pruneAudit: p(SQL.pruneAudit),
     };
     this.reload();
   }
@@ -287,6 +288,11 @@ export class Operators {
 
   audit(after: number, limit: number): AuditEntry[] {
     return this.#s.audit.all(after, limit).map(auditView);
+  }
+
+  /** Up to `limit` entries from the oldest end, before `before` (StoreOp prune_audit). */
+  pruneAudit(before: number, limit: number): number {
+    return this.#s.pruneAudit.run(before, limit).changes;
   }
 
   /** The conditions of an open dead letter matching the filter (and one of `ids`). */

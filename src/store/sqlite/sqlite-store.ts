@@ -323,6 +323,8 @@ export class SqliteStore implements Store {
         );
       case 'audit':
         return this.#ops.appendAudit(op.entry);
+      case 'prune_audit':
+        return this.#ops.pruneAudit(op.before, op.limit);
       case 'alert':
         this.#alerts.raise(op.recipient, op.reason, op.messageId, 0, op.now, op.count);
         return undefined;

@@ -1,0 +1,220 @@
+/**
+ * `agent-gateway audit verify` (the built CLI, a real child process) against a SQLite file and a
+ * PostgreSQL database whose audit log was appended by the real store: exit 0 and one line when
+ * the chain is intact (also while the store is open and its entries are still in the WAL), exit 1
+ * naming the seq and kind of the first break after a row is changed, removed or inserted with
+ * SQL; exit 2 and one line on stderr for a bad flag, a missing subcommand, a missing file, a
+ * file that is no adapter's store and an unreachable database. AGW_DB is the default of --db.
+ */
+import { copyFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore } from '../../src/store/open.js';
+import { openPgStore } from '../../src/store/postgres/pg-store.js';
+import { auditEntry } from '../../src/store/rules/operators.js';
+import type { AuditDraft, AuditEntry, Store } from '../../src/store/store.js';
+import { runCli } from '../helpers/cli.js';
+import { testDatabase } from '../helpers/pg.js';
+import { tempDir } from '../helpers/topology.js';
+
+const T0 = Date.UTC(2031, 0, 1);
+const N = 6;
+const OPTIONS = { sync: 'full', delivery: { alertsTo: 'orchestrator' } } as const;
+
+const draft = (i: number): AuditDraft => ({
+  at: T0 + i * 1000,
+  actor: 'operator:alice',
+  action: i % 2 === 0 ? 'pause' : 'resume',
+  target: 'qa',
+  detail: { i },
+});
+
+async function appendAll(store: Store): Promise<AuditEntry[]> {
+  const out: AuditEntry[] = [];
+  for (let i = 1; i <= N; i++) {
+    const { results } = await store.commit([{ op: 'audit', entry: draft(i) }]);
+    const r = results[0]!;
+    if ('err' in r) throw r.err;
+    out.push(r.ok as AuditEntry);
+  }
+  return out;
+}
+
+const verify = (db: string, env: Record<string, string> = {}) =>
+  runCli(['audit', 'verify', '--db', db], env);
+
+/** A forged row at seq 3 after entry 2, its hash recomputed, the rest moved up to make room. */
+function forgedInsert(entries: AuditEntry[]): [string, unknown[]][] {
+  const d: AuditDraft = { ...draft(99), at: T0 + 2500 };
+  const e = auditEntry(3, d, entries[1]!.hash);
+  return [
+    ['UPDATE audit_log SET seq = -seq WHERE seq >= 3', []],
+    ['UPDATE audit_log SET seq = 1 - seq WHERE seq < 0', []],
+    [
+      'INSERT INTO audit_log (seq, at, actor, action, target, detail, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      [3, d.at, e.actor, e.action, e.target, JSON.stringify(e.detail), e.prev_hash, e.hash],
+    ],
+  ];
+}
+
+const TAMPERINGS: [string, (entries: AuditEntry[]) => [string, unknown[]][], RegExp][] = [
+  [
+    'a changed actor',
+    () => [['UPDATE audit_log SET actor = ? WHERE seq = 4', ['operator:mallory']]],
+    /^audit log: chain broken at seq 4 \(changed\): /,
+  ],
+  [
+    'a row removed in the middle',
+    () => [['DELETE FROM audit_log WHERE seq = 3', []]],
+    /^audit log: chain broken at seq 3 \(removed\): seq 3 is missing between seq 2 and 4\n$/,
+  ],
+  [
+    'a forged row with its hash recomputed',
+    forgedInsert,
+    /^audit log: chain broken at seq 3 \(inserted\): /,
+  ],
+];
+
+describe('audit verify on a SQLite file', () => {
+  const { dir, cleanup } = tempDir('agw-audit-cli-');
+  const file = join(dir, 'adapter.db');
+  let entries: AuditEntry[];
+  beforeAll(async () => {
+    const store = await openStore(file, OPTIONS);
+    try {
+      entries = await appendAll(store);
+      // read while the store is open, its entries in the WAL: an adapter may be running on it
+      const live = await verify(file);
+      expect(live).toMatchObject({ code: 0, stderr: '' });
+      expect(live.stdout).toBe(`audit log: ${N} entries, seq 1..${N}, chain intact\n`);
+    } finally {
+      await store.close();
+    }
+  }, 30_000);
+  afterAll(cleanup);
+
+  it('exits 0 with one line when intact; AGW_DB is the default of --db', async () => {
+    const r = await runCli(['audit', 'verify'], { AGW_DB: file });
+    expect(r).toEqual({
+      code: 0,
+      stdout: `audit log: ${N} entries, seq 1..${N}, chain intact\n`,
+      stderr: '',
+    });
+  });
+
+  it.each(TAMPERINGS)('exits 1 naming the seq after %s', async (_what, statements, line) => {
+    const copy = join(dir, `tampered-${Math.random().toString(36).slice(2)}.db`);
+    copyFileSync(file, copy);
+    const c = new Database(copy);
+    try {
+      c.transaction(() => {
+        for (const [text, params] of statements(entries)) c.prepare(text).run(...params);
+      })();
+    } finally {
+      c.close();
+    }
+    const r = await verify(copy);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toMatch(line);
+    expect(r.code).toBe(1);
+  });
+
+  it('exits 2 with one line for a bad flag, no subcommand, no file, or a file that is no store', async () => {
+    const notAStore = join(dir, 'other.db');
+    new Database(notAStore).exec('CREATE TABLE t (x)');
+    const notSqlite = join(dir, 'text.db');
+    writeFileSync(notSqlite, 'this is not a database, just text long enough to have a header');
+    const cases: [string[], RegExp][] = [
+      [['audit', 'verify', '--dbb', file], /^agent-gateway audit: --dbb: unknown flag/],
+      [['audit', '--db', file], /^agent-gateway audit: give the subcommand verify \(got none\)/],
+      [['audit', 'check', '--db', file], /give the subcommand verify \(got "check"\)/],
+      [['audit', 'verify', '--db', join(dir, 'nope.db')], /^agent-gateway audit: no such file: /],
+      [['audit', 'verify', '--db', notAStore], /has no audit log: it is not an adapter's store/],
+      [['audit', 'verify', '--db', notSqlite], /^agent-gateway audit: cannot read .*text\.db/],
+    ];
+    for (const [args, line] of cases) {
+      const r = await runCli(args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toMatch(line);
+      expect(r.stderr.trim().split('\n'), r.stderr).toHaveLength(1);
+    }
+  });
+
+  it('is listed in the usage', async () => {
+    const r = await runCli(['--help']);
+    expect(r.stdout).toMatch(/^ {2}audit {7}verify \[--db FILE\|URL\]: /m);
+  });
+});
+
+describe('audit verify on a PostgreSQL database', () => {
+  let url: string;
+  let drop: () => Promise<void>;
+  let entries: AuditEntry[];
+  beforeAll(async () => {
+    ({ url, drop } = await testDatabase());
+    const store = await openPgStore(url, OPTIONS);
+    try {
+      entries = await appendAll(store);
+    } finally {
+      await store.close();
+    }
+  }, 30_000);
+  afterAll(async () => {
+    await drop?.();
+  });
+
+  const sql = async (statements: [string, unknown[]][]) => {
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    try {
+      await c.query('BEGIN');
+      for (const [text, params] of statements) {
+        let i = 0;
+        await c.query(
+          text.replace(/\?/g, () => `$${++i}`),
+          params,
+        );
+      }
+      await c.query('COMMIT');
+    } finally {
+      await c.end();
+    }
+  };
+
+  it('exits 0 when intact, then 1 naming the seq after each tampering (each undone after)', {
+    timeout: 60_000,
+  }, async () => {
+    const intact = await verify(url);
+    expect(intact).toEqual({
+      code: 0,
+      stdout: `audit log: ${N} entries, seq 1..${N}, chain intact\n`,
+      stderr: '',
+    });
+    for (const [what, statements, line] of TAMPERINGS) {
+      await sql([['CREATE TABLE audit_saved AS SELECT * FROM audit_log', []]]);
+      await sql(statements(entries));
+      const r = await verify(url);
+      expect(r.stdout, what).toMatch(line);
+      expect(r.code, what).toBe(1);
+      await sql([
+        ['DELETE FROM audit_log', []],
+        ['INSERT INTO audit_log SELECT * FROM audit_saved', []],
+        ['DROP TABLE audit_saved', []],
+      ]);
+      expect((await verify(url)).code, `${what}, undone`).toBe(0);
+    }
+  });
+
+  it('exits 2 with one line when the database cannot be reached', async () => {
+    const r = await verify('postgres://postgres@127.0.0.1:1/agw_nowhere');
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(
+      /^agent-gateway audit: cannot reach postgres:\/\/postgres@127\.0\.0\.1:1\/agw_nowhere: /,
+    );
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  });
+});
