@@ -3,7 +3,8 @@
  * the agent and AGW_ALLOW_DEV_TOKENS, exit 2) when a token hash of the topology is that of a
  * public development token `dev-token-<id>`, and starts with AGW_ALLOW_DEV_TOKENS=1, where that
  * token then authenticates. The shipped topologies: examples/ holds development hashes (npm start
- * allows them), k8s/ placeholders that no setting lets through.
+ * allows them), and k8s/'s topology, which holds no token at all (its agents are known by their
+ * service accounts' subjects), refused without the key set that would let them prove it.
  */
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -138,14 +139,14 @@ describe('development tokens', { timeout: 30_000 }, () => {
 });
 
 describe('k8s/base/topology.yaml', { timeout: 30_000 }, () => {
-  it('ships placeholders that stop the adapter, with or without AGW_ALLOW_DEV_TOKENS', async () => {
+  it('ships agents known only by their service accounts: no token, and no start without a key set', async () => {
     const k8s = join(root, 'k8s/base/topology.yaml');
     for (const env of [{}, { AGW_ALLOW_DEV_TOKENS: '1' }] as Record<string, string>[]) {
       const line = expectRefused(
         await runAdapter(['--topology', k8s, '--db', join(dir, 'k8s.db')], env),
       );
-      expect(line).toContain('agents.0.token_sha256: must be the hex SHA-256 of the token');
-      expect(line).toContain('(agent "orchestrator")');
+      expect(line).toContain('agent "orchestrator" has only a subject');
+      expect(line).toContain('neither AGW_JWT_JWKS nor AGW_TLS_CLIENT_CA is set');
     }
   });
 });

@@ -3,30 +3,31 @@
  * set is a setting of the program they run, probes point at endpoints that exist (and reach
  * them: no probe names a `host`, which the kubelet resolves on the node, and the loopback-only
  * sidecar is probed by exec of `agent-gateway wait-ready` inside its container), the native
- * sidecar fields are there, no pod mounts a service account token, the images build on one
- * pinnable base, and image names and ports agree across files, and k8s/ holds no token, only
- * placeholders the adapter refuses. The systemd units pass `systemd-analyze verify` where it is
- * available. The kustomize base is k8s/base/ (k8s/kustomization.yaml only names it, for
+ * sidecar fields are there, no pod mounts an API token, the images build on one pinnable base,
+ * image names and ports agree across files, and k8s/ holds no token and no development
+ * credential. The kustomize base is k8s/base/ (k8s/kustomization.yaml only names it, for
  * `kubectl apply -k k8s/`). The PostgreSQL overlay (k8s/postgres/) builds on ../base and agrees
  * with it and the code: 3 replicas rolled one at a time, no claim, known settings, AGW_DB from a
- * Secret key it makes, a PDB over the adapter pods, a CloudNativePG Cluster of 3 with
- * synchronous replication, a placeholder URL, a network policy for the adapters, and it builds
- * with kustomize.
+ * Secret key it makes, over TLS (verify-full against the Cluster's CA, mounted where the URL
+ * says), a PDB over the adapter pods, a CloudNativePG Cluster of 3 with synchronous replication,
+ * a placeholder URL, a network policy for the adapters, and it builds with kustomize.
+ * Elsewhere: workload identity in every overlay (workload-identity.test.ts), the cert-manager
+ * overlay (cert-manager.test.ts), the systemd units (systemd.test.ts).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { ADAPTER_SETTINGS } from '../../src/adapter/settings.js';
 import { devToken, loadTopology, TopologyError } from '../../src/adapter/topology.js';
 import { runWaitReady } from '../../src/cli/wait-ready.js';
 import { SIDECAR_SETTINGS } from '../../src/sidecar/settings.js';
-import { CLI } from '../helpers/cli.js';
-import { sha256Hex, tempDir } from '../helpers/topology.js';
+import { sha256Hex } from '../helpers/topology.js';
+import { fileSource } from '../helpers/rendered.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const k8s = join(root, 'k8s');
@@ -90,8 +91,9 @@ describe('k8s/base/ and k8s/podman/', () => {
     for (const f of files) expect(docs(f).length).toBeGreaterThan(0);
     const [k] = docs('base/kustomization.yaml');
     for (const r of k.resources) expect(existsSync(join(k8s, 'base', r)), r).toBe(true);
-    for (const g of k.secretGenerator)
-      for (const f of g.files ?? []) expect(existsSync(join(k8s, 'base', f)), f).toBe(true);
+    for (const g of [...k.secretGenerator, ...k.configMapGenerator])
+      for (const f of g.files ?? [])
+        expect(existsSync(join(k8s, 'base', f.split('=').at(-1))), f).toBe(true);
   });
 
   it('keeps k8s/kustomization.yaml a thin entry that names the base and adds nothing', () => {
@@ -198,8 +200,9 @@ describe('k8s/base/ and k8s/podman/', () => {
     }
   });
 
-  it('mounts no service account token in the agent pod or the adapter', () => {
-    // neither program speaks to the Kubernetes API (Podman mounts no token either way)
+  it('mounts no API token in the agent pod or the adapter', () => {
+    // neither program speaks to the Kubernetes API (Podman mounts no token either way); the
+    // agent pod's projected token is for the adapter's audience (workload-identity.test.ts)
     for (const f of ['base/agent-pod.yaml', 'base/adapter.yaml'])
       for (const pod of podSpecs(f)) expect(pod.automountServiceAccountToken, f).toBe(false);
   });
@@ -337,25 +340,23 @@ describe('tokens in k8s/', () => {
   const ids: string[] = topology.agents.map((a: Doc) => a.id);
   const devHashes = new Set(ids.map((id) => sha256Hex(devToken(id))));
 
-  it('ships placeholders in the topology, never a hash, and the adapter refuses them', () => {
+  it('names the agents by subject, with no token hash, and the adapter takes the topology', () => {
+    // workload identity: no hash to make, leak or rotate (workload-identity.test.ts checks the
+    // subjects against the pods' ServiceAccounts)
     for (const a of topology.agents) {
-      expect(a.token_sha256, a.id).toBe(`REPLACE-with-sha256-of-${a.id}-token`);
-      expect(devHashes.has(String(a.token_sha256).toLowerCase()), a.id).toBe(false);
+      expect(a.token_sha256, a.id).toBeUndefined();
+      expect(a.subject, a.id).toMatch(/^system:serviceaccount:[a-z0-9-]+:[a-z0-9-]+$/);
     }
-    // not even AGW_ALLOW_DEV_TOKENS lets the shipped file through
-    for (const allowDevTokens of [false, true]) {
-      expect(() => loadTopology(join(k8s, 'base/topology.yaml'), { allowDevTokens })).toThrow(
-        /agents\.0\.token_sha256: must be the hex SHA-256 .*\(agent "orchestrator"\)/,
-      );
-    }
+    const loaded = loadTopology(join(k8s, 'base/topology.yaml'));
+    expect([...loaded.agents.keys()]).toEqual(ids);
+    for (const a of loaded.agents.values()) expect(a.tokenHashes, a.id).toEqual([]);
   });
 
-  it('generates no Secret from a literal token: placeholders only', () => {
+  it('generates no Secret from a literal, and nothing in k8s/ is a development credential', () => {
     const [k] = docs('base/kustomization.yaml');
     const literals: string[] = k.secretGenerator.flatMap((g: Doc) => g.literals ?? []);
-    expect(literals.length).toBeGreaterThan(0);
-    for (const l of literals) expect(l, l).toMatch(/^token=REPLACE-with-[a-z0-9._-]+-token$/);
-    // and nothing under k8s/ names a development token
+    expect(literals).toEqual([]);
+    // nothing under k8s/ names a development token
     const files = (d: string): string[] =>
       readdirSync(d, { withFileTypes: true }).flatMap((e) =>
         e.isDirectory() ? files(join(d, e.name)) : [join(d, e.name)],
@@ -374,18 +375,15 @@ describe('tokens in k8s/', () => {
     }
   });
 
-  it('keeps the tokens docs/deploy.md makes out of git, where kustomize may read them', () => {
-    // inside the base's folder (kustomize reads no file above a kustomization's root)
+  it('keeps tokens made by hand out of git, where they were made before', () => {
+    // operators' tokens (and agents' for Podman and systemd) are made as docs/deploy.md shows;
+    // the folders where agents' tokens used to be made for k8s/ stay ignored, so that none
+    // left there is ever committed
     expect(readFileSync(join(k8s, 'base/.gitignore'), 'utf8')).toMatch(/^\/tokens\/$/m);
-    // and where they were made before the base moved, so none left there is committed
     expect(readFileSync(join(k8s, '.gitignore'), 'utf8')).toMatch(/^\/tokens\/$/m);
     const guide = readFileSync(join(root, 'docs/deploy.md'), 'utf8');
     expect(guide).toContain('openssl rand -hex 32');
-    expect(guide).toContain('mkdir -p -m 0700 k8s/base/tokens');
-    expect(guide).toContain('>"k8s/base/tokens/$id"');
-    expect(guide).toContain(
-      'sed -i "s/REPLACE-with-sha256-of-$id-token/$hash/" k8s/base/topology.yaml',
-    );
+    expect(guide).toContain('hash=$(printf %s "$token" | sha256sum | cut -d\' \' -f1)');
   });
 
   it('refuses the development hashes of examples/topology.yaml unless they are allowed', () => {
@@ -425,45 +423,6 @@ describe('Quadlet units (k8s/podman/)', () => {
     expect(sidecar.env.find((e: Doc) => e.name === 'AGW_ADAPTER_URL').value).toBe(
       `http://agent-gateway-adapter:${port}`,
     );
-  });
-});
-
-describe('systemd units', () => {
-  const { dir, cleanup } = tempDir('agw-units-');
-  afterAll(cleanup);
-  const unitDir = join(k8s, 'systemd');
-  const units = readdirSync(unitDir).filter((f) => f.endsWith('.service'));
-
-  it('set only known AGW_* variables, and the adapter unit is Type=notify with the seed restart policy', () => {
-    for (const u of units) {
-      const text = readFileSync(join(unitDir, u), 'utf8');
-      for (const m of text.matchAll(/^Environment=(AGW_[A-Z_]+)=/gm))
-        expect(ADAPTER_ENV.has(m[1]!), `${u}: ${m[1]}`).toBe(true);
-    }
-    const adapter = readFileSync(join(unitDir, 'agent-gateway-adapter.service'), 'utf8');
-    for (const line of [
-      'Type=notify',
-      'Restart=always',
-      'RestartSec=2',
-      'StartLimitIntervalSec=300',
-      'StartLimitBurst=5',
-    ]) {
-      expect(adapter).toContain(line);
-    }
-    expect(adapter).toMatch(/^WatchdogSec=\d+/m);
-  });
-
-  it.runIf(existsSync('/usr/bin/systemd-analyze'))('pass systemd-analyze verify', () => {
-    for (const u of units) {
-      // verify checks that ExecStart is executable: point it at this checkout's build
-      const text = readFileSync(join(unitDir, u), 'utf8').replace(
-        /^ExecStart=\/usr\/bin\/agent-gateway/m,
-        `ExecStart=${process.execPath} ${CLI}`,
-      );
-      const file = join(dir, u);
-      writeFileSync(file, text);
-      execFileSync('systemd-analyze', ['verify', file], { stdio: 'pipe' });
-    }
   });
 });
 
@@ -589,6 +548,25 @@ describe('k8s/postgres/ (the PostgreSQL overlay)', () => {
     expect(url.username).toBe(cluster.spec.bootstrap.initdb.owner);
   });
 
+  it("reaches the database over TLS only, checked against the Cluster's CA where the URL says", () => {
+    const url = urlLiteral();
+    // verify-full: the certificate chains to the CA and names the host dialled (-rw)
+    expect(url.searchParams.get('sslmode')).toBe('verify-full');
+    const rootCert = url.searchParams.get('sslrootcert')!;
+    // the CA CloudNativePG makes for the Cluster: <cluster>-ca, its certificate only
+    const ca = { kind: 'Secret', name: `${cluster.metadata.name}-ca`, key: 'ca.crt' };
+    const [jobContainer] = job.spec.template.spec.containers;
+    for (const [who, pod, container] of [
+      ['the adapter', patch.spec.template.spec, patchedAdapter],
+      ['the migration Job', job.spec.template.spec, jobContainer],
+    ] as const) {
+      expect(fileSource(pod, container, rootCert), who).toEqual(ca);
+      const volume = pod.volumes.find((v: Doc) => v.secret?.secretName === ca.name);
+      // never the CA's private key (ca.key, in the same Secret)
+      expect(volume.secret.items, who).toEqual([{ key: 'ca.crt', path: 'ca.crt' }]);
+    }
+  });
+
   it('ships a placeholder URL, never a password', () => {
     expect(urlLiteral().password).toBe('REPLACE-with-db-password');
     const literals: string[] = overlay.secretGenerator.flatMap((g: Doc) => g.literals ?? []);
@@ -687,6 +665,13 @@ describe('k8s/postgres/ (the PostgreSQL overlay)', () => {
     );
     expect(Object.keys(secret.data)).toContain(db.valueFrom.secretKeyRef.key);
     expect(adapter.readinessProbe.httpGet.path).toBe('/health');
+    // the URL's root certificate is mounted in the built pod, from the Cluster's CA Secret
+    const rootCert = urlLiteral().searchParams.get('sslrootcert')!;
+    expect(fileSource(pod, adapter, rootCert)).toEqual({
+      kind: 'Secret',
+      name: `${cluster.metadata.name}-ca`,
+      key: 'ca.crt',
+    });
     for (const m of adapter.volumeMounts)
       expect(
         pod.volumes.some((v: Doc) => v.name === m.name),
