@@ -9,7 +9,10 @@
 #      exec` in the sidecar's container): the startup probe fails with no adapter and passes
 #      with it, the liveness probe passes throughout; and the healthcheck Podman makes of the
 #      pod's livenessProbe is that command and passes;
-#   2. a message sent in engineering's pod is received and acked in qa's;
+#   2. a message sent in engineering's pod is received and acked in qa's, over mutual TLS between
+#      the sidecars and the adapter (certificates made here with openssl: a CA, the adapter's for
+#      its network name, each agent's with its SPIFFE URI SAN): the adapter answers HTTPS only,
+#      refuses a request without a client certificate and a token of another agent on one;
 #   3. the adapter stopped: a send answers 202 queued, and an emergency written in the pod lands
 #      in journald as priority CRIT; the adapter started again: the queued message arrives next
 #      in its channel and engineering's outbox is empty.
@@ -192,18 +195,51 @@ for _ in $(seq 100); do [ -S "$JOURNAL_SOCKET" ] && break; sleep 0.1; done
 [ -S "$JOURNAL_SOCKET" ] || fail "journald $NS did not start"
 podman network create agents >/dev/null
 
-# --- the agent pods, from the shipped manifest: only the agent's name, the token file's and
-# journald socket's host paths, and the image tag are replaced
+# --- the certificates: one CA for the adapter's and the agents' (as the cert-manager overlay's
+# CA Issuer), the adapter's for its name on the network, each agent's client certificate with
+# its SPIFFE id as URI SAN. Readable by uid 10001 only, as the kubelet mounts a Secret for it.
+TLS=$WORK/tls
+mkdir -p "$TLS/adapter"
+cert() { # NAME SAN: a P-256 key and a certificate the CA signs, in $TLS/NAME.{key,crt}
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+    -keyout "$TLS/$1.key" -out "$TLS/$1.csr" 2>>"$WORK/openssl.log" &&
+    printf 'basicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=%s\n' "$2" >"$TLS/$1.ext" &&
+    openssl x509 -req -in "$TLS/$1.csr" -CA "$TLS/ca.crt" -CAkey "$TLS/ca.key" -CAcreateserial \
+      -days 2 -extfile "$TLS/$1.ext" -out "$TLS/$1.crt" 2>>"$WORK/openssl.log" ||
+    fail "openssl: the certificate of $1 ($(tail -2 "$WORK/openssl.log"))"
+}
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=agw-e2e-ca \
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+  -keyout "$TLS/ca.key" -out "$TLS/ca.crt" 2>>"$WORK/openssl.log" || fail "openssl: the CA"
+cert adapter "DNS:agent-gateway-adapter,DNS:localhost,IP:127.0.0.1"
+install -o 10001 -g 10001 -m 0444 "$TLS/adapter.crt" "$TLS/adapter/tls.crt"
+install -o 10001 -g 10001 -m 0400 "$TLS/adapter.key" "$TLS/adapter/tls.key"
+install -o 10001 -g 10001 -m 0444 "$TLS/ca.crt" "$TLS/adapter/client-ca.crt"
+for agent in engineering qa; do
+  cert "$agent" "URI:spiffe://agent-gateway.e2e/agent/$agent"
+  mkdir -p "$TLS/$agent-pod"
+  install -o 10001 -g 10001 -m 0444 "$TLS/$agent.crt" "$TLS/$agent-pod/tls.crt"
+  install -o 10001 -g 10001 -m 0400 "$TLS/$agent.key" "$TLS/$agent-pod/tls.key"
+  install -o 10001 -g 10001 -m 0444 "$TLS/ca.crt" "$TLS/$agent-pod/ca.crt"
+done
+say "certificates made: a CA, the adapter's (agent-gateway-adapter), engineering's and qa's (SPIFFE URI SANs)"
+
+# --- the agent pods, from the shipped manifest: only the agent's name, the token file's, TLS
+# folder's and journald socket's host paths, and the image tag are replaced
 pod_manifest() {
   local agent=$1
   sed -e "s/engineering/$agent/g" \
     -e "s#path: /etc/agent-gateway/tokens/$agent,#path: $WORK/tokens/$agent,#" \
+    -e "s#path: /etc/agent-gateway/tls/$agent,#path: $TLS/$agent-pod,#" \
     -e "s#path: /run/systemd/journal/socket,#path: $JOURNAL_SOCKET,#" \
     -e "s#\(localhost/agent-gateway-sidecar\):[0-9A-Za-z.-]*#\1:$VERSION#" \
     "$ROOT/k8s/podman/agent-pod.yaml" >"$WORK/agent-$agent.yaml"
   grep -q "path: $WORK/tokens/$agent," "$WORK/agent-$agent.yaml" &&
+    grep -q "path: $TLS/$agent-pod," "$WORK/agent-$agent.yaml" &&
     grep -q "path: $JOURNAL_SOCKET," "$WORK/agent-$agent.yaml" ||
-    fail "k8s/podman/agent-pod.yaml changed shape: the token or journal hostPath was not found"
+    fail "k8s/podman/agent-pod.yaml changed shape: the token, TLS or journal hostPath was not found"
+  grep -q 'value: "https://agent-gateway-adapter:8080"' "$WORK/agent-$agent.yaml" ||
+    fail "k8s/podman/agent-pod.yaml: AGW_ADAPTER_URL is not https://agent-gateway-adapter:8080"
 }
 mkdir -p "$WORK/tokens"
 for agent in engineering qa; do
@@ -298,12 +334,20 @@ for _ in $(seq 50); do [ -S "$WORK/notify.sock" ] && break; sleep 0.1; done
 [ -S "$WORK/notify.sock" ] || fail "the sd_notify listener did not start"
 # as k8s/podman/agent-gateway-adapter.container runs it: read-only root, no capabilities, the
 # topology and the data volume mounted, journald's socket for its CRIT alerts, and the notify
-# socket passed into the container (Notify=true is --sdnotify=container). The topology is
-# examples/topology.yaml (k8s/base/topology.yaml ships placeholders), whose development tokens
-# the adapter takes only with AGW_ALLOW_DEV_TOKENS=1
+# socket passed into the container (Notify=true is --sdnotify=container), and its TLS files with
+# the Environment= lines that name them. The topology is examples/topology.yaml (k8s/base's
+# knows agents by service-account subjects, for Kubernetes), whose development tokens the
+# adapter takes only with AGW_ALLOW_DEV_TOKENS=1
+tls_env=()
+while IFS= read -r line; do tls_env+=(-e "$line"); done < <(
+  sed -n 's/^Environment=\(AGW_TLS_[A-Z_]*=.*\)$/\1/p' "$ROOT/k8s/podman/agent-gateway-adapter.container"
+)
+[ "${#tls_env[@]}" = 6 ] ||
+  fail "k8s/podman/agent-gateway-adapter.container: not the three AGW_TLS_* settings (${tls_env[*]})"
 NOTIFY_SOCKET=$WORK/notify.sock podman create --name agent-gateway-adapter --network agents \
   --read-only --cap-drop all --security-opt no-new-privileges --sdnotify=container \
-  -e AGW_ALLOW_DEV_TOKENS=1 \
+  -e AGW_ALLOW_DEV_TOKENS=1 "${tls_env[@]}" \
+  -v "$TLS/adapter:/etc/agent-gateway/tls:ro" \
   -v "$ROOT/examples/topology.yaml:/etc/agent-gateway/topology.yaml:ro" \
   -v agent-gateway-adapter:/var/lib/agent-gateway \
   -v "$JOURNAL_SOCKET:/run/systemd/journal/socket" \
@@ -331,6 +375,35 @@ for c in agent-gateway-adapter agent-engineering-gateway-sidecar; do
   [ "$uid" = 10001 ] || fail "$c runs as uid $uid"
 done
 say "adapter and sidecar run as uid 10001 on a read-only root filesystem"
+
+# --- the adapter over mutual TLS, as the pods' network sees it: from engineering's sidecar
+# container (which trusts the CA through NODE_EXTRA_CA_CERTS here, as the sidecar does through
+# AGW_ADAPTER_CA): HTTPS only; the probes need no certificate; /v1 needs one, and takes only
+# the token of the agent it names
+tls_probe() { # SCRIPT: node in engineering's sidecar container, one line out
+  podman exec -e NODE_EXTRA_CA_CERTS=/var/run/agent-gateway/tls/ca.crt \
+    agent-engineering-gateway-sidecar node --input-type=module -e "$1" 2>>"$WORK/tls-probe.log"
+}
+plain=$(tls_probe "try { await fetch('http://agent-gateway-adapter:8080/healthz'); console.log('answered'); } catch { console.log('refused'); }")
+[ "$plain" = refused ] || fail "the adapter answered plain HTTP: $plain"
+probe_tls=$(tls_probe "console.log((await fetch('https://agent-gateway-adapter:8080/health')).status)")
+[ "$probe_tls" = 200 ] || fail "/health over TLS without a client certificate: $probe_tls"
+nocert=$(tls_probe "const r = await fetch('https://agent-gateway-adapter:8080/v1/me', { headers: { authorization: 'Bearer dev-token-engineering' } }); console.log(r.status, (await r.json()).error)")
+[ "$nocert" = "401 unauthorized" ] || fail "/v1/me without a client certificate: $nocert"
+mismatch=$(tls_probe "
+  const https = await import('node:https');
+  const fs = await import('node:fs');
+  const d = '/var/run/agent-gateway/tls/';
+  const tls = { ca: fs.readFileSync(d + 'ca.crt'), cert: fs.readFileSync(d + 'tls.crt'), key: fs.readFileSync(d + 'tls.key') };
+  const as = (agent) => new Promise((resolve, reject) => https.get('https://agent-gateway-adapter:8080/v1/me',
+    { ...tls, headers: { authorization: 'Bearer dev-token-' + agent } }, (r) => {
+      let b = ''; r.on('data', (c) => (b += c));
+      r.on('end', () => resolve(r.statusCode + ' ' + (JSON.parse(b).error ?? 'ok')));
+    }).on('error', reject));
+  console.log((await as('engineering')) + ', ' + (await as('qa')));")
+[ "$mismatch" = "200 ok, 403 identity_mismatch" ] ||
+  fail "engineering's certificate with engineering's / qa's token: $mismatch ($(tail -3 "$WORK/tls-probe.log"))"
+say "adapter over mTLS: plain HTTP refused, /health 200 with no certificate, /v1 401 without one; engineering's certificate takes engineering's token (200) and refuses qa's (403 identity_mismatch)"
 
 # --- 2. engineering -> qa, through both sidecars
 out=$(agent engineering send product task/request '{"task_id":"T-1","description":"first, adapter up"}')
