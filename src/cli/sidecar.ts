@@ -59,6 +59,9 @@ export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv
       agent: settings.agentId,
       adapter: settings.adapterUrl,
       outbox: settings.outbox,
+      // which files are re-read when they change (paths only)
+      ...(settings.adapterTls === undefined ? {} : { tls: settings.adapterTls }),
+      ...(settings.agentTokenFile === undefined ? {} : { token_file: settings.agentTokenFile }),
     },
     `sidecar for ${settings.agentId} listening on ${sidecar.url}`,
   );

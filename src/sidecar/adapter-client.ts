@@ -5,12 +5,19 @@
  * message); a permanent one (400, 401, 403, 404, 409, 413, integrity_error) is passed back to
  * the agent as it is, never queued. It also keeps when the adapter last answered and the last
  * failure, for /v1/status.
+ *
+ * Its credentials change without a restart (credential-files.ts): a new token is in the headers
+ * of every call made after it; new TLS files get new pools, which new calls take, while the old
+ * pools are closed gracefully: undici's close() waits for what they carry, a parked long poll
+ * included, then ends their connections. Nothing in flight is cut.
  */
 
+import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import { isRetryableAnswer } from '../protocol/errors.js';
 import { SIDECAR_POLL_CONNECTIONS } from '../protocol/limits.js';
 import type { TraceContext } from '../protocol/trace-context.js';
+import { type AdapterTls, tlsProblem } from './adapter-tls.js';
 import { Pool } from './undici-pool.js';
 
 export interface AdapterResponse {
@@ -57,6 +64,10 @@ export interface AdapterClientOptions {
    * would otherwise hold every call for the whole call deadline.
    */
   readonly connectTimeoutMs?: number;
+  /** TLS options of new connections to an https:// adapter (adapter-tls.ts). Default none. */
+  readonly tls?: AdapterTls;
+  /** Where a failed TLS handshake is told, once per problem until a call is answered. */
+  readonly logger?: Pick<Logger, 'warn'>;
 }
 
 export class AdapterClient {
@@ -65,29 +76,72 @@ export class AdapterClient {
   lastContact: number | null = null;
   /** The last call that failed or was answered retryably, in a sentence. */
   lastError: string | null = null;
-  readonly #pool: Pool;
+  #pool: Pool;
   /** Long polls wait up to 30 s each: on a pool of their own they never starve sends. */
-  readonly #polls: Pool;
-  /** The headers of every call, made once: undici reads them, never changes them. */
-  readonly #getHeaders: Record<string, string>;
-  readonly #postHeaders: Record<string, string>;
+  #polls: Pool;
+  /** Pools replaced by useTls, until what they carried has finished. */
+  readonly #retiring = new Set<Promise<void>>();
+  /** The headers of every call, made once a token: undici reads them, never changes them. */
+  #getHeaders: Record<string, string> = {};
+  #postHeaders: Record<string, string> = {};
   readonly #timeoutMs: number;
+  readonly #connections: number;
+  readonly #connectTimeoutMs: number;
+  readonly #https: boolean;
+  readonly #logger: Pick<Logger, 'warn'> | undefined;
+  /** The TLS problem last told, so that a probe every few seconds tells it once. */
+  #toldTls: string | undefined;
 
   constructor(opts: AdapterClientOptions) {
     this.url = opts.url.replace(/\/+$/, '');
-    const pool = (connections: number) =>
-      new Pool(this.url, {
-        connections,
-        keepAliveTimeout: 30_000,
-        connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
-      });
-    this.#pool = pool(opts.connections ?? 16);
+    this.#https = this.url.startsWith('https:');
+    this.#connections = opts.connections ?? 16;
+    this.#connectTimeoutMs = opts.connectTimeoutMs ?? 2_000;
+    this.#logger = opts.logger;
+    this.#pool = this.#newPool(this.#connections, opts.tls);
     // the adapter takes AGW_MAX_POLLS_PER_AGENT (32) polls of an agent at once: more queue here
-    this.#polls = pool(SIDECAR_POLL_CONNECTIONS);
-    const authorization = `Bearer ${opts.token}`;
+    this.#polls = this.#newPool(SIDECAR_POLL_CONNECTIONS, opts.tls);
+    this.useToken(opts.token);
+    this.#timeoutMs = opts.timeoutMs ?? 10_000;
+  }
+
+  #newPool(connections: number, tls: AdapterTls | undefined): Pool {
+    // each pool has its own TLS session cache: a new one never resumes a session of the old
+    // identity, so its connections show the new certificate
+    const connect = this.#https && tls !== undefined ? tls : {};
+    return new Pool(this.url, {
+      connections,
+      keepAliveTimeout: 30_000,
+      connect: { ...connect, timeout: this.#connectTimeoutMs } as UndiciConnect,
+    });
+  }
+
+  /** The token of every call from now on (a call already sent keeps the one it carries). */
+  useToken(token: string): void {
+    const authorization = `Bearer ${token}`;
     this.#getHeaders = { authorization };
     this.#postHeaders = { authorization, 'content-type': 'application/json' };
-    this.#timeoutMs = opts.timeoutMs ?? 10_000;
+  }
+
+  /**
+   * New connections use `tls` from now on: new pools take every call made after this, and the
+   * old ones close once what they carry has finished (a long poll parked at the adapter
+   * answers as usual first). Resolves when the old pools have closed.
+   */
+  useTls(tls: AdapterTls): Promise<void> {
+    const old = [this.#pool, this.#polls];
+    this.#pool = this.#newPool(this.#connections, tls);
+    this.#polls = this.#newPool(SIDECAR_POLL_CONNECTIONS, tls);
+    const closed: Promise<void> = Promise.all(old.map((p) => p.close())).then(
+      () => {
+        this.#retiring.delete(closed);
+      },
+      () => {
+        this.#retiring.delete(closed);
+      },
+    );
+    this.#retiring.add(closed);
+    return closed;
   }
 
   /**
@@ -111,7 +165,7 @@ export class AdapterClient {
       const res = await exchange(pool, method, path, headers, body, timeoutMs, signal);
       const ra = Number(res.retryAfter);
       const retryable = res.status >= 400 && isRetryableAnswer(res.status, errorCode(res.text));
-      this.lastContact = Date.now();
+      this.#answered();
       if (retryable) this.lastError = `${method} ${path}: the adapter answered ${res.status}`;
       return {
         status: res.status,
@@ -125,6 +179,7 @@ export class AdapterClient {
         cause: err,
       });
       this.lastError = e.message;
+      this.#tellTls(err);
       throw e;
     }
   }
@@ -133,17 +188,45 @@ export class AdapterClient {
   async health(timeoutMs = 2000): Promise<boolean> {
     try {
       const res = await exchange(this.#pool, 'GET', '/health', {}, undefined, timeoutMs, undefined);
-      this.lastContact = Date.now();
+      this.#answered();
       return res.status === 200;
-    } catch {
+    } catch (err) {
+      // the start gate probes with this alone: a certificate problem is kept for /v1/status
+      if (this.#tellTls(err)) this.lastError = `GET ${this.url}/health: ${(err as Error).message}`;
       return false;
     }
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.#pool.close(), this.#polls.close()]);
+    await Promise.all([this.#pool.close(), this.#polls.close(), ...this.#retiring]);
+  }
+
+  #answered(): void {
+    this.lastContact = Date.now();
+    this.#toldTls = undefined;
+  }
+
+  /**
+   * A failed TLS handshake is a warning, told once until the adapter answers again or the
+   * problem changes: a sidecar that cannot trust its adapter otherwise only looks unreachable.
+   * True when `err` was one.
+   */
+  #tellTls(err: unknown): boolean {
+    const problem = tlsProblem(err);
+    if (problem === undefined) return false;
+    if (this.#toldTls !== problem.code) {
+      this.#toldTls = problem.code;
+      this.#logger?.warn(
+        { adapter: this.url, code: problem.code },
+        `TLS with the adapter at ${this.url} failed: ${problem.sentence}`,
+      );
+    }
+    return true;
   }
 }
+
+/** undici's `connect` options: a connect timeout, and tls.connect's options for https. */
+type UndiciConnect = NonNullable<ConstructorParameters<typeof Pool>[1]>['connect'];
 
 /** The catalogue code of an error answer (`{"error": code}`), if it has one. */
 function errorCode(body: string): unknown {

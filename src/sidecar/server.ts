@@ -13,11 +13,14 @@ import { GatewayError } from '../protocol/errors.js';
 import { createServer, DEFAULT_LIMITS, type HttpShell } from '../protocol/http-server.js';
 import { RouteTable } from '../protocol/router.js';
 import { VERSION } from '../protocol/version.js';
+import type { WatchOptions } from '../protocol/watched-files.js';
 import { SidecarFile } from '../store/sidecar/sidecar-file.js';
 import { NO_TRACING, type Tracing } from '../telemetry/tracing.js';
 import { AdapterClient } from './adapter-client.js';
+import { loadAdapterTls } from './adapter-tls.js';
 import type { BackoffOptions } from './backoff.js';
 import { AdapterBreaker, type StoredBreaker } from './circuit-breaker.js';
+import { CredentialFiles } from './credential-files.js';
 import { SidecarEventMap, watch } from './events.js';
 import { Forwarder } from './forwarder.js';
 import { StartGate } from './gate.js';
@@ -46,6 +49,11 @@ export interface SidecarOptions {
   readonly breaker?: { baseMs?: number; maxMs?: number; volumeThreshold?: number };
   /** Spans (telemetry/tracing.ts); default none. */
   readonly tracing?: Tracing;
+  /**
+   * How often the token file and the TLS files are looked at for a change (credential-files.ts);
+   * default every second, 100 ms to settle.
+   */
+  readonly credentialWatch?: WatchOptions;
 }
 
 export interface Sidecar {
@@ -76,10 +84,26 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     baseMs: opts.breaker?.baseMs ?? 1000,
     maxMs: opts.breaker?.maxMs ?? 60_000,
   };
+  // checked at start by the settings; loaded again here, the files being read when they change
+  const tls =
+    settings.adapterTls === undefined
+      ? undefined
+      : { files: settings.adapterTls, loaded: loadAdapterTls(settings.adapterTls) };
   const client = new AdapterClient({
     url: settings.adapterUrl,
     token: settings.agentToken,
     connectTimeoutMs: settings.adapterConnectTimeoutMs,
+    ...(tls === undefined ? {} : { tls: tls.loaded.options }),
+    logger,
+  });
+  const credentials = new CredentialFiles({
+    client,
+    logger,
+    ...(settings.agentTokenFile === undefined
+      ? {}
+      : { token: { file: settings.agentTokenFile, value: settings.agentToken } }),
+    ...(tls === undefined ? {} : { tls }),
+    ...(opts.credentialWatch === undefined ? {} : { watch: opts.credentialWatch }),
   });
   const breaker = new AdapterBreaker({
     ...opts.breaker,
@@ -123,9 +147,11 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
         if (typeof max === 'number' && max > 0) forwarder.maxMessageBytes = max;
         return true;
       }
+      // the adapter's own words on a 401: over mTLS it may be the client certificate it missed
+      const said = res.status === 401 ? answerMessage(res.body) : undefined;
       const line =
         res.status === 401
-          ? `AGW_AGENT_TOKEN: the adapter at ${settings.adapterUrl} knows no agent with this token`
+          ? `AGW_AGENT_TOKEN: the adapter at ${settings.adapterUrl} knows no agent with this token${said === undefined ? '' : ` (it said: ${said})`}`
           : `AGW_AGENT_TOKEN: the adapter says this token is ${me.agent ?? `not usable (${res.status})`}'s, not AGW_AGENT_ID ${settings.agentId}'s`;
       logger.fatal({ adapter: settings.adapterUrl, agent: settings.agentId }, line);
       gate.stop();
@@ -209,8 +235,19 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       });
       forwarder.stop();
       breaker.shutdown();
+      credentials.close();
       await client.close();
       file.close();
     },
   };
+}
+
+/** The `message` of an error answer (`{"error", "message"}`), if it has one. */
+function answerMessage(body: string): string | undefined {
+  try {
+    const m = (JSON.parse(body) as { message?: unknown } | null)?.message;
+    return typeof m === 'string' ? m : undefined;
+  } catch {
+    return undefined; // not ours: a proxy's page
+  }
 }

@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { intSetting, listenSetting, type SettingSpec } from '../settings.js';
+import { type AdapterTlsFiles, loadAdapterTls, TlsFileError } from './adapter-tls.js';
 
 export const SIDECAR_SETTINGS = {
   /** Where the sidecar listens. Default 127.0.0.1:7070: loopback, the pod is the trust boundary. */
@@ -14,7 +15,17 @@ export const SIDECAR_SETTINGS = {
   agentId: { env: 'AGW_AGENT_ID' },
   /** The agent's bearer token, or a file holding it (one of the two is required). */
   agentToken: { env: 'AGW_AGENT_TOKEN' },
+  /** Re-read when it changes (a projected service-account token rotates hourly). */
   agentTokenFile: { env: 'AGW_AGENT_TOKEN_FILE' },
+  /**
+   * PEM certificates trusted for an https:// adapter in addition to the system's roots. Default
+   * none. It and the two below are re-read when they change.
+   */
+  adapterCa: { env: 'AGW_ADAPTER_CA' },
+  /** The client certificate (PEM) shown to an https:// adapter (mTLS). Default none. */
+  tlsClientCert: { env: 'AGW_TLS_CLIENT_CERT' },
+  /** Its private key (PEM, unencrypted): with AGW_TLS_CLIENT_CERT, never alone. Default none. */
+  tlsClientKey: { env: 'AGW_TLS_CLIENT_KEY' },
   /** The outbox file. Default ./data/outbox.db. */
   outbox: { env: 'AGW_OUTBOX', default: './data/outbox.db' },
   /** Messages the outbox holds. Default 1000. */
@@ -42,6 +53,9 @@ export const SidecarSettingsSchema = z
     agentId: z.string({ error: 'is required: the agent this sidecar speaks for' }).min(1),
     agentToken: z.string().min(1).optional(),
     agentTokenFile: z.string().min(1).optional(),
+    adapterCa: z.string().min(1, 'must not be empty').optional(),
+    tlsClientCert: z.string().min(1, 'must not be empty').optional(),
+    tlsClientKey: z.string().min(1, 'must not be empty').optional(),
     outbox: z.string().min(1, 'must not be empty'),
     outboxCapacity: intSetting(1, 1_000_000),
     startupAlarmS: intSetting(1, 86_400),
@@ -68,6 +82,10 @@ export const SidecarSettingsSchema = z
         });
         return z.NEVER;
       }
+      if (token === '') {
+        ctx.addIssue({ code: 'custom', path: ['agentTokenFile'], message: 'is empty' });
+        return z.NEVER;
+      }
     }
     if (token === undefined || token === '') {
       ctx.addIssue({
@@ -77,7 +95,61 @@ export const SidecarSettingsSchema = z
       });
       return z.NEVER;
     }
-    return { ...s, agentToken: token };
+    const tls = tlsFiles(s, ctx);
+    if (tls === z.NEVER) return z.NEVER;
+    return {
+      ...s,
+      agentToken: token,
+      // the file the token came from, re-read when it changes; AGW_AGENT_TOKEN wins over it
+      agentTokenFile: s.agentToken === undefined ? s.agentTokenFile : undefined,
+      adapterTls: tls,
+    };
   });
+
+/**
+ * The TLS files towards the adapter, checked whole (adapter-tls.ts), or undefined when none is
+ * set. A certificate needs its key and the reverse. They are refused with an http:// adapter,
+ * not ignored: whoever set them meant TLS, and the sidecar would send the agent's token in
+ * clear to a URL that was most likely meant to be https://.
+ */
+function tlsFiles(
+  s: { adapterUrl: string; adapterCa?: string; tlsClientCert?: string; tlsClientKey?: string },
+  ctx: z.RefinementCtx,
+): AdapterTlsFiles | undefined | typeof z.NEVER {
+  const set = (['adapterCa', 'tlsClientCert', 'tlsClientKey'] as const).filter(
+    (k) => s[k] !== undefined,
+  );
+  if (set.length === 0) return undefined;
+  if (!s.adapterUrl.startsWith('https://')) {
+    ctx.addIssue({
+      code: 'custom',
+      path: [set[0]!],
+      message: `applies to an https:// adapter only, and AGW_ADAPTER_URL is ${s.adapterUrl}: make it https://, or unset this (the token would go in clear)`,
+    });
+    return z.NEVER;
+  }
+  if ((s.tlsClientCert === undefined) !== (s.tlsClientKey === undefined)) {
+    const missing = s.tlsClientCert === undefined ? 'tlsClientCert' : 'tlsClientKey';
+    ctx.addIssue({
+      code: 'custom',
+      path: [missing],
+      message:
+        missing === 'tlsClientKey'
+          ? 'is required with AGW_TLS_CLIENT_CERT: the certificate is shown with its key'
+          : 'is required with AGW_TLS_CLIENT_KEY: the key is shown with its certificate',
+    });
+    return z.NEVER;
+  }
+  const files: AdapterTlsFiles = { ca: s.adapterCa, cert: s.tlsClientCert, key: s.tlsClientKey };
+  try {
+    loadAdapterTls(files);
+  } catch (err) {
+    if (!(err instanceof TlsFileError)) throw err;
+    const key = { ca: 'adapterCa', cert: 'tlsClientCert', key: 'tlsClientKey' }[err.file];
+    ctx.addIssue({ code: 'custom', path: [key], message: err.message });
+    return z.NEVER;
+  }
+  return files;
+}
 
 export type SidecarSettings = z.output<typeof SidecarSettingsSchema>;
