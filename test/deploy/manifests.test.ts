@@ -420,9 +420,15 @@ describe('Quadlet units (k8s/podman/)', () => {
     expect(sidecar.image).toBe(`localhost/agent-gateway-sidecar:${version}`);
     const listen = values(adapter, 'Environment').find((e) => e.startsWith('AGW_LISTEN='));
     const port = listen?.split(':').at(-1);
+    // over TLS: the adapter serves HTTPS when the unit names its certificate
+    expect(values(adapter, 'Environment').some((e) => e.startsWith('AGW_TLS_CERT='))).toBe(true);
     expect(sidecar.env.find((e: Doc) => e.name === 'AGW_ADAPTER_URL').value).toBe(
-      `http://agent-gateway-adapter:${port}`,
+      `https://agent-gateway-adapter:${port}`,
     );
+    for (const name of ['AGW_ADAPTER_CA', 'AGW_TLS_CLIENT_CERT', 'AGW_TLS_CLIENT_KEY'])
+      expect(sidecar.env.find((e: Doc) => e.name === name)?.value, name).toMatch(
+        /^\/var\/run\/agent-gateway\/tls\//,
+      );
   });
 });
 
