@@ -25,7 +25,6 @@ import { agentForUris, loadTopology } from '../../src/adapter/topology.js';
 import { readSettings } from '../../src/cli/settings.js';
 import { SIDECAR_SETTINGS, SidecarSettingsSchema } from '../../src/sidecar/settings.js';
 import { type CertFiles, issue, makeCa, pem } from '../helpers/certs.js';
-import { tempDir } from '../helpers/topology.js';
 import {
   adapterContainer,
   agentPods,
@@ -41,6 +40,7 @@ import {
   ofKind,
   parseBuild,
 } from '../helpers/rendered.js';
+import { tempDir } from '../helpers/topology.js';
 
 const { dir: tmp, cleanup } = tempDir('agw-cert-manager-');
 afterAll(cleanup);

@@ -26,8 +26,8 @@ import { ADAPTER_SETTINGS } from '../../src/adapter/settings.js';
 import { devToken, loadTopology, TopologyError } from '../../src/adapter/topology.js';
 import { runWaitReady } from '../../src/cli/wait-ready.js';
 import { SIDECAR_SETTINGS } from '../../src/sidecar/settings.js';
-import { sha256Hex } from '../helpers/topology.js';
 import { fileSource } from '../helpers/rendered.js';
+import { sha256Hex } from '../helpers/topology.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const k8s = join(root, 'k8s');

@@ -14,8 +14,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ADAPTER_SETTINGS } from '../../src/adapter/settings.js';
 import { CLI } from '../helpers/cli.js';
-import { tempDir } from '../helpers/topology.js';
 import { K8S } from '../helpers/rendered.js';
+import { tempDir } from '../helpers/topology.js';
 
 const UNIT_DIR = join(K8S, 'systemd');
 const UNITS = readdirSync(UNIT_DIR).filter((f) => f.endsWith('.service'));

@@ -24,7 +24,6 @@ import { ADAPTER_SETTINGS, AdapterSettingsSchema } from '../../src/adapter/setti
 import { agentForSubject, devToken, loadTopology } from '../../src/adapter/topology.js';
 import { readSettings } from '../../src/cli/settings.js';
 import { SIDECAR_SETTINGS, SidecarSettingsSchema } from '../../src/sidecar/settings.js';
-import { tempDir } from '../helpers/topology.js';
 import {
   adapterContainer,
   agentPods,
@@ -43,6 +42,7 @@ import {
   ROOT,
   writeKustomization,
 } from '../helpers/rendered.js';
+import { tempDir } from '../helpers/topology.js';
 
 const { dir: tmp, cleanup } = tempDir('agw-identity-');
 afterAll(cleanup);
