@@ -1,12 +1,12 @@
 /**
  * Files a program re-reads when they change: certificates and keys (cert-manager renews them),
  * a JWKS, a projected token (the kubelet rotates it hourly), the topology. Polled with stat
- * (fs.watchFile), not inotify: Kubernetes swaps a mounted Secret by renaming a `..data` symlink,
+ * on an interval, not inotify: Kubernetes swaps a mounted Secret by renaming a `..data` symlink,
  * which an inotify watch on the old file never sees; stat follows the link and sees the new
  * file's inode and time. Changes of several files close together (a certificate and its key) are
  * told once, after they settle.
  */
-import { type Stats, unwatchFile, watchFile } from 'node:fs';
+import { type Stats, stat, statSync } from 'node:fs';
 
 export interface FileWatch {
   /** Stops watching. */
@@ -33,24 +33,48 @@ export function watchFiles(
   const interval = opts.intervalMs ?? 1_000;
   const settle = opts.settleMs ?? 100;
   let timer: NodeJS.Timeout | undefined;
-  const listener = (curr: Stats, prev: Stats): void => {
-    if (
-      curr.ino === prev.ino &&
-      curr.size === prev.size &&
-      curr.mtimeMs === prev.mtimeMs &&
-      curr.ctimeMs === prev.ctimeMs
-    )
-      return;
+  const changed = (): void => {
     clearTimeout(timer);
     timer = setTimeout(onChange, settle);
     timer.unref();
   };
-  const unique = [...new Set(paths)];
-  for (const path of unique) watchFile(path, { interval, persistent: false }, listener);
+  // The baseline is taken now, synchronously, and every poll compares with the last one seen
+  // (fs.watchFile would take its own baseline a tick later and miss a change made in between).
+  const watched = [...new Set(paths)].map((path) => ({ path, seen: statOf(path) }));
+  let polling = false;
+  const poll = (): void => {
+    if (polling) return;
+    polling = true;
+    let left = watched.length;
+    for (const w of watched)
+      stat(w.path, (err, now) => {
+        const current = err ? undefined : now;
+        if (!same(current, w.seen)) {
+          w.seen = current;
+          changed();
+        }
+        if (--left === 0) polling = false;
+      });
+  };
+  const ticker = setInterval(poll, interval);
+  ticker.unref();
   return {
     close() {
+      clearInterval(ticker);
       clearTimeout(timer);
-      for (const path of unique) unwatchFile(path, listener);
     },
   };
+}
+
+function statOf(path: string): Stats | undefined {
+  try {
+    return statSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+function same(a: Stats | undefined, b: Stats | undefined): boolean {
+  if (!a || !b) return a === b;
+  return a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs && a.ctimeMs === b.ctimeMs;
 }
