@@ -6,7 +6,7 @@
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, expect, it } from 'vitest';
+import { afterEach, it } from 'vitest';
 import { type FileWatch, watchFiles } from '../../src/protocol/watched-files.js';
 import { until } from '../helpers/wait.js';
 
