@@ -106,8 +106,13 @@ export type Envelope = z.output<typeof EnvelopeSchema> & { readonly priority: Pr
 export interface Assignment {
   message_id: string;
   channel: string;
-  channel_sequence_id: number;
+  /** Null while the message is scheduled: it takes its number when it fires. */
+  channel_sequence_id: number | null;
   timestamp_iso8601: string;
+  /** A scheduled message's deliver_at (ISO 8601), until and after it fires; absent otherwise. */
+  scheduled_for?: string;
+  /** Its deadline (ISO 8601), when it has one. */
+  expires_at?: string;
   idempotency_key: string;
   /** As resolved: the sender's, or the kind's default. */
   priority: Priority;

@@ -39,6 +39,8 @@ export const ERRORS = {
   method_not_allowed: { status: 405, retryable: false },
   idempotency_conflict: { status: 409, retryable: false },
   not_leased: { status: 409, retryable: false },
+  /** A cancel of a scheduled message that has fired already (it has its sequence). */
+  already_sent: { status: 409, retryable: false },
   payload_too_large: { status: 413, retryable: false },
   not_json: { status: 415, retryable: false },
   hop_budget_exceeded: { status: 422, retryable: false },

@@ -55,6 +55,16 @@ export interface MessageDraft {
   readonly recipients: readonly string[];
   /** The W3C trace context of its creation, stored in its JSON and handed out with it. */
   readonly trace?: TraceContext;
+  /**
+   * Its deadline, ms since the epoch (expires_at, or ttl_ms from receipt or from deliverAt): a
+   * copy not acked by then is never handed over again (docs/design/time.md). Undefined: none.
+   */
+  readonly expiresAt?: number;
+  /**
+   * When it is to be sent, ms since the epoch, when after receivedAt: stored in `scheduled`
+   * and acknowledged with a null sequence, sent by the due timer's sweep. Undefined: now.
+   */
+  readonly deliverAt?: number;
 }
 
 export type AppendOutcome =
@@ -131,7 +141,8 @@ export type DeadLetterReason =
   | 'rejected'
   | 'evicted'
   | 'queue_full'
-  | 'integrity';
+  | 'integrity'
+  | 'expired';
 /**
  * Why an alert went to alerts_to. Besides the dead letters: `critical_overrun`;
  * `checksum_mismatch`, a corrupt message met by a read that hands nothing out (replay, dead
@@ -159,6 +170,7 @@ export const ALERT_KIND: Readonly<Record<AlertReason, SentAlert['kind']>> = {
   rejected: 'alert/dead-letter',
   evicted: 'alert/dead-letter',
   queue_full: 'alert/dead-letter',
+  expired: 'alert/dead-letter',
   integrity: 'alert/integrity',
   critical_overrun: 'alert/overrun',
   checksum_mismatch: 'alert/integrity',
@@ -375,6 +387,29 @@ export type StoreOp =
    * prev_hash is the anchor verification starts from (rules/audit-chain.ts).
    */
   | { readonly op: 'prune_audit'; readonly before: number; readonly limit: number }
+  /**
+   * Cancels a scheduled message of `sender` before it fires. Refused: 404 not_found (no such
+   * message), 403 not_your_message (another's), 409 already_sent (it fired). A repeat of a
+   * cancel answers as the first.
+   */
+  | {
+      readonly op: 'cancel_scheduled';
+      readonly sender: string;
+      readonly messageId: string;
+      readonly now: number;
+    }
+  /**
+   * An ask's reply (docs/design/time.md, "Asking"): the first copy held by `agent`, by delivery
+   * id, of a message whose reply_to is `messageId`. Pending: leased to `agent` now; leased: its
+   * lease renewed; acked or dead-lettered: as it is. 404 not_found when `messageId` is not a
+   * message `agent` sent.
+   */
+  | {
+      readonly op: 'take_reply';
+      readonly agent: string;
+      readonly messageId: string;
+      readonly now: number;
+    }
   /** Up to `limit` messages received before `before`, except kinds in `keep` and undelivered. */
   | {
       readonly op: 'prune';
@@ -407,6 +442,9 @@ export interface OpResults {
   /** Its progress after the step; undefined: no such redrive. */
   redrive_step: RedriveState | undefined;
   audit: AuditEntry;
+  cancel_scheduled: { cancelled: true };
+  /** The reply as the inbox hands a delivery out, plus its `state`; undefined: none yet. */
+  take_reply: DeliveryJson | undefined;
 }
 
 /** The detail of a copy's `redriven` event: its dead letter, who, and by which redrive. */

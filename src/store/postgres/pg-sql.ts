@@ -258,6 +258,31 @@ export const PG_MIGRATIONS: readonly string[] = [
     $f$;
   CREATE INDEX IF NOT EXISTS messages_text ON messages USING gin (agw_search_vector(body, kind));
   `,
+  // 5: time in the envelope and asking (docs/design/time.md; SQLite's migration 10): a copy's
+  // deadline, the message a reply answers, scheduled messages until they fire.
+  `
+  ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS expires_at bigint;
+  CREATE INDEX IF NOT EXISTS deliveries_expiring ON deliveries (expires_at)
+    WHERE state = 0 AND expires_at IS NOT NULL;
+  ALTER TABLE messages ADD COLUMN IF NOT EXISTS reply_to_id text;
+  CREATE INDEX IF NOT EXISTS messages_by_reply_to ON messages (reply_to_id)
+    WHERE reply_to_id IS NOT NULL;
+  CREATE TABLE IF NOT EXISTS scheduled (
+    id              bigserial PRIMARY KEY,
+    message_id      text   NOT NULL UNIQUE,
+    sender          text   NOT NULL,
+    idempotency_key text   NOT NULL,
+    fingerprint     bytea  NOT NULL,
+    channel         text   NOT NULL,
+    received_at     bigint NOT NULL,
+    deliver_at      bigint NOT NULL,
+    cancelled_at    bigint,
+    draft           text   NOT NULL
+  );
+  CREATE UNIQUE INDEX IF NOT EXISTS scheduled_by_sender_key ON scheduled (sender, idempotency_key);
+  CREATE INDEX IF NOT EXISTS scheduled_due ON scheduled (deliver_at, id) WHERE cancelled_at IS NULL;
+  CREATE INDEX IF NOT EXISTS scheduled_by_received_at ON scheduled (received_at);
+  `,
 ];
 
 /** Delivery columns most statements read (d), with their message's kind and id (m). */

@@ -67,6 +67,7 @@ export function newStats(): DeliveryStats {
       evicted: 0,
       queue_full: 0,
       integrity: 0,
+      expired: 0,
     },
     alerts: 0,
   };

@@ -268,6 +268,35 @@ export const MIGRATIONS: readonly string[] = [
     DELETE FROM message_text WHERE rowid = old.id;
   END;
   `,
+  // 10: time in the envelope and asking (docs/design/time.md). A copy's deadline (ms; NULL:
+  // none), indexed while pending, so the due timer finds the next one in one step; the message a
+  // reply answers (its message_id), indexed where set, so an ask finds its reply in two probes;
+  // scheduled messages wait in a table of their own until they fire (then they enter messages,
+  // with their sequence, in the transaction that deletes them here). A cancelled one stays, so
+  // its key stays taken.
+  `
+  ALTER TABLE deliveries ADD COLUMN expires_at INTEGER;
+  CREATE INDEX IF NOT EXISTS deliveries_expiring ON deliveries (expires_at)
+    WHERE state = 0 AND expires_at IS NOT NULL;
+  ALTER TABLE messages ADD COLUMN reply_to_id TEXT;
+  CREATE INDEX IF NOT EXISTS messages_by_reply_to ON messages (reply_to_id)
+    WHERE reply_to_id IS NOT NULL;
+  CREATE TABLE IF NOT EXISTS scheduled (
+    id              INTEGER PRIMARY KEY,
+    message_id      TEXT    NOT NULL UNIQUE,
+    sender          TEXT    NOT NULL,
+    idempotency_key TEXT    NOT NULL,
+    fingerprint     BLOB    NOT NULL,
+    channel         TEXT    NOT NULL,
+    received_at     INTEGER NOT NULL, -- ms since the epoch: its timestamp_iso8601
+    deliver_at      INTEGER NOT NULL, -- ms since the epoch
+    cancelled_at    INTEGER,          -- set by its sender's DELETE; NULL: still to fire
+    draft           TEXT    NOT NULL  -- JSON: what firing needs (rules/scheduled.ts)
+  );
+  CREATE UNIQUE INDEX IF NOT EXISTS scheduled_by_sender_key ON scheduled (sender, idempotency_key);
+  CREATE INDEX IF NOT EXISTS scheduled_due ON scheduled (deliver_at, id) WHERE cancelled_at IS NULL;
+  CREATE INDEX IF NOT EXISTS scheduled_by_received_at ON scheduled (received_at);
+  `,
 ];
 
 export const SQL = {
