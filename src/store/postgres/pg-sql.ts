@@ -367,20 +367,21 @@ export const PG_SQL = {
     WITH m AS (
       INSERT INTO messages
         (message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
-         received_at, body, checksum, size, thread_id, hop)
+         received_at, body, checksum, size, thread_id, hop, reply_to_id)
       SELECT message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
-             received_at, body, checksum, size, thread_id, hop
+             received_at, body, checksum, size, thread_id, hop, reply_to_id
       FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bytea[],
                   $7::text[], $8::smallint[], $9::bigint[], $10::text[], $11::bigint[],
-                  $12::bigint[], $13::text[], $14::int[])
+                  $12::bigint[], $13::text[], $14::int[], $15::text[])
         WITH ORDINALITY AS u(message_id, channel, seq, sender, idempotency_key, fingerprint,
-                             kind, priority, received_at, body, checksum, size, thread_id, hop, n)
+                             kind, priority, received_at, body, checksum, size, thread_id, hop,
+                             reply_to_id, n)
       ORDER BY n
       RETURNING id, message_id, channel, priority, received_at
     ), d AS (
       INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
       SELECT m.id, r.recipient, m.channel, m.priority, r.state, m.received_at
-      FROM unnest($15::text[], $16::text[], $17::smallint[])
+      FROM unnest($16::text[], $17::text[], $18::smallint[])
         WITH ORDINALITY AS r(message_id, recipient, state, n)
       JOIN m ON m.message_id = r.message_id
       ORDER BY r.n

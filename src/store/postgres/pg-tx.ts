@@ -239,7 +239,7 @@ export class Tx {
     const d = this.#deliveries;
     this.#messages = [];
     this.#deliveries = [];
-    const cols = Array.from({ length: 14 }, (_, i) => m.map((r) => r[i]));
+    const cols = Array.from({ length: 15 }, (_, i) => m.map((r) => r[i]));
     this.write('insertMessages', [
       ...cols,
       d.map((r) => r[0]),

@@ -151,7 +151,7 @@ export function repeatOutcome(prior: KeyRow, d: MessageDraft): AppendOutcome {
 /**
  * A messages row as both engines insert it: message_id, channel, seq, sender,
  * idempotency_key, fingerprint, kind, priority (1: critical), received_at, body, checksum, size,
- * thread_id (null: it starts one), hop.
+ * thread_id (null: it starts one), hop, reply_to_id (the message_id it answers, null: none).
  */
 export type MessageRow = readonly [
   string,
@@ -168,6 +168,7 @@ export type MessageRow = readonly [
   number,
   string | null,
   number,
+  string | null,
 ];
 
 /**
@@ -200,6 +201,7 @@ export function newMessage(
     size,
     placed.threadId,
     placed.hop,
+    placed.replyTo,
   ];
   return { assignment: a, row, size, priority };
 }

@@ -309,8 +309,8 @@ export const SQL = {
   insertMessage: `
     INSERT INTO messages
       (message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
-       received_at, body, checksum, size, thread_id, hop)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       received_at, body, checksum, size, thread_id, hop, reply_to_id)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   channelMessages: `
     SELECT id, seq, body, checksum FROM messages WHERE channel = ? AND seq > ? ORDER BY seq LIMIT ?`,
   // the same, without the rows known to fail their checksum (a JSON array of row ids): used only
