@@ -168,9 +168,7 @@ describe('PostgreSQL store, two replicas on one database', () => {
       const seqs = own.map((x) => x.channel_sequence_id ?? 0); // none is scheduled: never null
       expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
     }
-    const all = [...fromA, ...fromB]
-      .map((x) => x.channel_sequence_id ?? 0)
-      .sort((x, y) => x - y);
+    const all = [...fromA, ...fromB].map((x) => x.channel_sequence_id ?? 0).sort((x, y) => x - y);
     expect(all).toEqual(all.map((_, i) => i + 1));
     const read = (await a.channelMessages('product', 0, 1000)).map(
       (j) => JSON.parse(j) as { channel_sequence_id: number; sender: string },
