@@ -21,6 +21,7 @@ import {
   DEFAULT_DELIVERY,
   type DeadLetterFilter,
   type DeliveryJson,
+  type MessageStatus,
   type OpResults,
   type Store,
   type StoreOp,
@@ -34,10 +35,18 @@ interface Waiter {
   readonly wake: (woken: boolean) => void;
   /** Ends the wait with a lease queued in the group being formed (beforeGroup). */
   readonly take: () => void;
+  /** A reply wait's: the message whose reply it waits for. */
+  readonly replyTo?: string;
 }
 
-/** How a parked poll ended: nothing came, lease again, or what it leased in the group that woke it. */
-type Parked = boolean | DeliveryJson[];
+/** The parked waits of each agent: inbox polls, or waits for a reply. */
+type Waiters = Map<string, Set<Waiter>>;
+
+/**
+ * How a parked wait ended: nothing came, look again, or what it took in the group that woke it
+ * (an inbox poll's deliveries, a reply wait's reply).
+ */
+type Parked<T> = boolean | T;
 
 export interface DeliveryOptions {
   readonly store: Store;
@@ -72,7 +81,9 @@ export class DeliveryService {
   readonly #now: () => number;
   readonly #logger: Logger;
   readonly #maxAttempts: number;
-  readonly #waiters = new Map<string, Set<Waiter>>();
+  readonly #waiters: Waiters = new Map();
+  /** GET /v1/messages/{id}/reply waits, by their agent: woken as its inbox polls are. */
+  readonly #replyWaiters: Waiters = new Map();
   /** Who polled when, and the stall check; undefined when not asked for. */
   readonly stalls: StallWatch | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -97,7 +108,7 @@ export class DeliveryService {
     // Other adapters on the same store (PostgreSQL replicas) announce what they changed.
     this.#store.watch((fx) => {
       if (this.#stopped) return;
-      if (fx.everyone === true) for (const agent of [...this.#waiters.keys()]) this.#wake(agent);
+      if (fx.everyone === true) this.#wakeAll();
       else for (const agent of fx.woken) this.#wake(agent);
       if (fx.timingChanged) this.#arm();
     });
@@ -120,13 +131,20 @@ export class DeliveryService {
     return this.#waiters.get(agent)?.size ?? 0;
   }
 
+  /** Waits of `agent` for a reply parked now (GET /v1/messages/{id}/reply). */
+  parkedReplyWaits(agent: string): number {
+    return this.#replyWaiters.get(agent)?.size ?? 0;
+  }
+
   /** Stops the timer and answers every parked poll with what it has (nothing). */
   stop(): void {
     this.#stopped = true;
     this.stalls?.stop();
     if (this.#timer !== undefined) clearTimeout(this.#timer);
-    for (const set of this.#waiters.values()) for (const w of set) w.wake(false);
-    this.#waiters.clear();
+    for (const waiters of [this.#waiters, this.#replyWaiters]) {
+      for (const set of waiters.values()) for (const w of set) w.wake(false);
+      waiters.clear();
+    }
   }
 
   /**
@@ -157,10 +175,42 @@ export class DeliveryService {
       if (got.length > 0 || gone || this.#stopped) return got;
       const left = deadline - this.#now();
       if (left <= 0) return [];
-      const parked = await this.#park(agent, left, closed, lease);
+      const parked = await this.#park(this.#waiters, agent, left, closed, lease);
       if (parked === false) return [];
       // woken: lease again; or leased already, in the commit of the message that woke it
       leasing = parked === true ? lease() : Promise.resolve(parked);
+    }
+  }
+
+  /**
+   * The reply to a message `agent` sent (docs/design/time.md, "Asking"): its first copy held by
+   * `agent`, taken at once (leased, its lease renewed, or as it is: store.ts take_reply), or,
+   * none yet, within waitS seconds: the wait parks as an inbox poll does, and the group that
+   * commits the reply takes it in that very commit (#handOff). Undefined: none came. 404
+   * `not_found` unless `agent` sent the message.
+   */
+  async reply(
+    agent: string,
+    messageId: string,
+    waitS: number,
+    closed: Promise<unknown>,
+  ): Promise<DeliveryJson | undefined> {
+    this.stalls?.active(agent);
+    const deadline = this.#now() + waitS * 1000;
+    let gone = false;
+    closed.then(() => {
+      gone = true;
+    });
+    const take = () => this.#commits.run({ op: 'take_reply', agent, messageId, now: this.#now() });
+    let taking = take();
+    for (;;) {
+      const got = await taking;
+      if (got !== undefined || gone || this.#stopped) return got;
+      const left = deadline - this.#now();
+      if (left <= 0) return undefined;
+      const parked = await this.#park(this.#replyWaiters, agent, left, closed, take, messageId);
+      if (parked === false) return undefined;
+      taking = parked === true ? take() : Promise.resolve(parked);
     }
   }
 
@@ -184,6 +234,11 @@ export class DeliveryService {
   }
 
   /** The agent is still working: each lease now ends extendMs from now. */
+  /** DELETE /v1/messages/{id}: the sender's scheduled message, before it fires. */
+  async cancelScheduled(agent: string, messageId: string): Promise<void> {
+    await this.#commits.run({ op: 'cancel_scheduled', sender: agent, messageId, now: this.#now() });
+  }
+
   async extend(agent: string, e: LeaseExtension) {
     this.stalls?.active(agent);
     const leases = await this.#commits.run({
@@ -206,7 +261,11 @@ export class DeliveryService {
         `only the sender of ${messageId} (or ${alertsTo}, alerts_to) may ask what became of it`,
       );
     }
-    return `{"message":${s.message},"recipients":${JSON.stringify(s.recipients)}}`;
+    const later =
+      s.scheduled_for === undefined
+        ? ''
+        : `"scheduled_for":"${s.scheduled_for}",${s.cancelled_at === undefined ? '' : `"cancelled_at":"${s.cancelled_at}",`}`;
+    return `{"message":${s.message},${later}"recipients":${JSON.stringify(s.recipients)}}`;
   }
 
   /**
@@ -222,6 +281,7 @@ export class DeliveryService {
       byId ?? this.#store.messageStatus(messageId),
       this.#store.journey(messageId),
     ]);
+    if (s?.scheduled_for !== undefined) return scheduledJourney(viewer, s, alertsTo);
     if (s === undefined || rows === undefined) {
       throw new GatewayError('not_found', `no message ${messageId}`);
     }
@@ -268,30 +328,38 @@ export class DeliveryService {
     if (fx.timingChanged) this.#arm();
   }
 
-  #park(
+  /**
+   * Parks a wait of `agent` in `all` for up to `ms`; `take` is what it does in the group that
+   * wakes it (an inbox poll's lease, a reply wait's take), `replyTo` the message a reply wait
+   * waits for.
+   */
+  #park<T>(
+    all: Waiters,
     agent: string,
     ms: number,
     closed: Promise<unknown>,
-    lease: () => Promise<DeliveryJson[]>,
-  ): Promise<Parked> {
+    take: () => Promise<T>,
+    replyTo?: string,
+  ): Promise<Parked<T>> {
     return new Promise((resolve) => {
-      let set = this.#waiters.get(agent);
+      let set = all.get(agent);
       if (set === undefined) {
         set = new Set();
-        this.#waiters.set(agent, set);
+        all.set(agent, set);
       }
       const waiters = set;
-      const end = (how: boolean | Promise<DeliveryJson[]>) => {
+      const end = (how: boolean | Promise<T>) => {
         clearTimeout(timer);
         waiters.delete(waiter);
-        if (waiters.size === 0 && this.#waiters.get(agent) === waiters) this.#waiters.delete(agent);
+        if (waiters.size === 0 && all.get(agent) === waiters) all.delete(agent);
         // a parked poll ends: the agent polled until now
         this.stalls?.active(agent);
         resolve(how);
       };
       const waiter: Waiter = {
         wake: (woken) => end(woken),
-        take: () => end(lease()),
+        take: () => end(take()),
+        ...(replyTo === undefined ? {} : { replyTo }),
       };
       const timer = setTimeout(() => waiter.wake(false), ms);
       waiters.add(waiter);
@@ -306,12 +374,19 @@ export class DeliveryService {
    * The other parked polls of the agent are woken after the commit, as always.
    */
   #handOff(ops: readonly StoreOp[]): void {
-    if (this.#waiters.size === 0 || this.#stopped) return;
+    if ((this.#waiters.size === 0 && this.#replyWaiters.size === 0) || this.#stopped) return;
     const taken = new Set<string>();
     for (const op of ops) {
       if (op.op !== 'append') continue;
       for (const draft of op.drafts) {
         for (const agent of draft.recipients) {
+          // a reply that a wait is for: taken by it in this group (queued before the leases,
+          // which run last, so no poll of the group hands it over instead)
+          const replyTo = draft.replyToId ?? undefined;
+          if (replyTo !== undefined) {
+            for (const w of [...(this.#replyWaiters.get(agent) ?? [])])
+              if (w.replyTo === replyTo) w.take();
+          }
           if (taken.has(agent)) continue;
           const waiter = this.#waiters.get(agent)?.values().next().value;
           if (waiter === undefined) continue;
@@ -322,10 +397,21 @@ export class DeliveryService {
     }
   }
 
+  /**
+   * Every parked wait of `agent` looks again: its inbox polls, and its reply waits (a commit
+   * names the agents it gave deliveries, not which messages: a reply wait's look is two index
+   * probes).
+   */
   #wake(agent: string): void {
-    const set = this.#waiters.get(agent);
-    if (set === undefined) return;
-    for (const w of [...set]) w.wake(true);
+    for (const all of [this.#waiters, this.#replyWaiters]) {
+      const set = all.get(agent);
+      if (set !== undefined) for (const w of [...set]) w.wake(true);
+    }
+  }
+
+  #wakeAll(): void {
+    for (const agent of new Set([...this.#waiters.keys(), ...this.#replyWaiters.keys()]))
+      this.#wake(agent);
   }
 
   /**
@@ -366,14 +452,44 @@ export class DeliveryService {
 
   /** The safety poll: nothing known fell due, but every parked poll looks again. */
   async #look(): Promise<void> {
-    for (const agent of [...this.#waiters.keys()]) this.#wake(agent);
+    this.#wakeAll();
     this.#arm();
   }
 
   async #sweep(): Promise<void> {
     await this.#commits.run({ op: 'sweep', now: this.#now() });
     // Retries whose backoff ended are ready now: every parked poll looks again.
-    for (const agent of [...this.#waiters.keys()]) this.#wake(agent);
+    this.#wakeAll();
     this.#arm();
   }
+}
+
+/**
+ * The journey of a scheduled message not yet sent (docs/design/time.md): its sender and overseers
+ * see each recipient to be, with cause `scheduled` (or the cancel); no one else sees it.
+ */
+function scheduledJourney(viewer: Viewer, s: MessageStatus, alertsTo: string): string {
+  if (viewer.agent !== s.sender && !viewer.overseer) {
+    throw new GatewayError(
+      'not_your_message',
+      `only the sender of a scheduled message (or ${alertsTo}, alerts_to) may see its journey`,
+    );
+  }
+  const recipients = (s.scheduledTo ?? []).map((agent) => ({
+    agent,
+    state: 'scheduled',
+    attempts: 0,
+    reason: null,
+    note: null,
+    cause: 'scheduled',
+    explanation:
+      s.cancelled_at === undefined
+        ? `scheduled by ${s.sender} for ${s.scheduled_for}: it is sent to ${agent} then`
+        : `scheduled by ${s.sender} for ${s.scheduled_for}, and cancelled by them at ${s.cancelled_at}: it is never sent`,
+    last_poll: null,
+    waiting_behind: null,
+    events: [],
+  }));
+  const accepted = JSON.parse(s.message).timestamp_iso8601 as string;
+  return `{"message":${s.message},"accepted_at":"${accepted}","scheduled_for":"${s.scheduled_for}","recipients":${JSON.stringify(recipients)}}`;
 }

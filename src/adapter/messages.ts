@@ -30,7 +30,12 @@ export interface WriteContext {
   readonly rates: SendRates;
   /** Spans (telemetry/tracing.ts): NO_TRACING unless OTEL_* asks for traces. */
   readonly tracing: Tracing;
+  /** How far ahead deliver_at may be, ms (AGW_MAX_SCHEDULE_DAYS). Default 365 days. */
+  readonly maxScheduleMs?: number;
 }
+
+/** AGW_MAX_SCHEDULE_DAYS's default, in ms. */
+export const DEFAULT_MAX_SCHEDULE_MS = 365 * 24 * 3600 * 1000;
 
 export type Ack = Assignment & { duplicate: boolean };
 
@@ -298,6 +303,45 @@ function toDraft(
     receivedAt,
     recipients,
     ...traceOf(envelope, headers),
+    ...timesOf(envelope, receivedAt, ctx.maxScheduleMs ?? DEFAULT_MAX_SCHEDULE_MS),
+  };
+}
+
+/**
+ * The envelope's times as the store keeps them (docs/design/time.md): when it is to be sent
+ * (only when after receipt), and its deadline, ttl_ms counted from receipt or from deliver_at. A
+ * deadline already past is refused by the store, after the idempotency key, so that a retry of a
+ * stored message is still its duplicate.
+ */
+function timesOf(
+  e: { expires_at?: string; ttl_ms?: number; deliver_at?: string },
+  receivedAt: number,
+  maxScheduleMs: number,
+): { deliverAt?: number; expiresAt?: number } {
+  const asked = e.deliver_at === undefined ? undefined : Date.parse(e.deliver_at);
+  if (asked !== undefined && asked - receivedAt > maxScheduleMs) {
+    const days = Math.round(maxScheduleMs / 86_400_000);
+    throw new GatewayError(
+      'invalid_envelope',
+      `deliver_at: is more than ${days} days ahead (AGW_MAX_SCHEDULE_DAYS)`,
+      { field: 'deliver_at' },
+    );
+  }
+  const deliverAt = asked !== undefined && asked > receivedAt ? asked : undefined;
+  const expiresAt =
+    e.expires_at !== undefined
+      ? Date.parse(e.expires_at)
+      : e.ttl_ms !== undefined
+        ? (deliverAt ?? receivedAt) + e.ttl_ms
+        : undefined;
+  if (expiresAt !== undefined && deliverAt !== undefined && expiresAt <= deliverAt) {
+    throw new GatewayError('invalid_envelope', 'expires_at: is not after deliver_at', {
+      field: 'expires_at',
+    });
+  }
+  return {
+    ...(deliverAt === undefined ? {} : { deliverAt }),
+    ...(expiresAt === undefined ? {} : { expiresAt }),
   };
 }
 

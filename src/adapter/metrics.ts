@@ -121,6 +121,23 @@ export class AdapterMetrics {
   }
 
   /**
+   * Each agent's waits for an ask's reply parked at this adapter now (GET
+   * /v1/messages/{id}/reply): one per ask its sidecar is waiting out.
+   */
+  watchReplyWaits(parked: (agent: string) => number): void {
+    const agents = this.#agents;
+    new Gauge({
+      name: 'agw_agent_parked_reply_waits',
+      help: "Waits of each agent for an ask's reply parked at this adapter now.",
+      labelNames: ['agent'],
+      registers: [this.registry],
+      collect() {
+        for (const agent of agents) this.set({ agent }, parked(agent));
+      },
+    });
+  }
+
+  /**
    * Each agent's oldest pending age and last poll (stalls.ts), and the stalls alerted: what an
    * operator's own alert rules need (`agw_agent_oldest_pending_age_seconds > 120`).
    */

@@ -12,11 +12,16 @@ import {
   type OperationName,
   type QueryParam,
 } from '../protocol/agent-api.js';
-import { MessageSchema } from '../protocol/agent-schemas.js';
+import { MessageSchema, ReplyDeliverySchema } from '../protocol/agent-schemas.js';
 import { deliveryIdsSchema, leaseExtensionSchema, nackSchema } from '../protocol/delivery-ids.js';
 import { EnvelopeSchema } from '../protocol/envelope.js';
 import type { ErrorCode } from '../protocol/errors.js';
-import { DEFAULT_MAX_LEASE_MS, MAX_BATCH, PAGE_MAX_LIMIT } from '../protocol/limits.js';
+import {
+  DEFAULT_MAX_LEASE_MS,
+  MAX_BATCH,
+  MAX_REPLY_WAIT_S,
+  PAGE_MAX_LIMIT,
+} from '../protocol/limits.js';
 import {
   agentDocOperation,
   type DocOperation,
@@ -43,12 +48,18 @@ const Envelope = EnvelopeSchema.extend({
 const Ack = z.looseObject({
   message_id: z.string().describe('a UUIDv7'),
   channel: z.string(),
-  channel_sequence_id: z.int().min(1),
+  channel_sequence_id: z
+    .int()
+    .min(1)
+    .nullable()
+    .describe('null while it is scheduled (deliver_at): it takes its number when it fires'),
   timestamp_iso8601: time,
   idempotency_key: z.string(),
   priority: z.enum(PRIORITIES),
   thread_id: z.string().describe('the message_id of the thread it joined, or its own'),
   hop: z.int().min(0),
+  scheduled_for: time.optional().describe('a scheduled message’s deliver_at'),
+  expires_at: time.optional().describe('its deadline, when it has one'),
   duplicate: z.boolean().describe('true for a repeat of a stored idempotency key'),
 });
 
@@ -356,6 +367,46 @@ const ROUTES: readonly DocOperation[] = [
     ...shared(OPERATIONS.journey),
     description:
       "For its sender, each recipient (its own copy), the alerts_to agent and operators: per recipient, where the copy is now (`cause`, one sentence naming agents and times; `paused` while an operator has paused the recipient), the recipient's last poll, the earlier message holding it back, and every event of its delivery. By message_id, or by the idempotency_key of one of the caller's own sends.",
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/messages/:message_id',
+    operationId: 'cancelScheduled',
+    summary: 'Cancel a scheduled message',
+    description:
+      "For the sender of a message sent with `deliver_at`, before it fires: it is never sent. Its idempotency key stays taken (a retry of the send answers 200 with the same message_id and schedules nothing), and GET /v1/messages/{message_id} shows `cancelled_at`. A repeated cancel answers 204 again. 409 `already_sent` once it has fired (it has its channel sequence), 403 `not_your_message` for another agent's message, 404 `not_found` for an unknown id.",
+    tag: 'messages',
+    auth: true,
+    pathParams: { message_id: 'The message_id its 201 gave.' },
+    responses: [{ status: 204, description: 'Cancelled: it will not be sent.' }],
+    errors: ['not_an_agent', 'not_found', 'not_your_message', 'already_sent', ...STORE],
+  },
+  {
+    method: 'GET',
+    path: '/v1/messages/:message_id/reply',
+    operationId: 'takeReply',
+    summary: "Take an ask's reply",
+    description: `For the sender of the message (the sidecar's POST /v1/ask waits with this): the first copy, held by the caller, of a message whose \`reply_to\` is it. A pending copy is leased to the caller at once, ahead of the earlier messages of its channel, which wait behind it until it is acked or its lease ends; a leased one gets a whole lease again from now (same attempt, \`lease_extended\` in its journey); an acked or dead-lettered one is answered as it is, with its \`state\` and no lease. None yet: the request waits up to \`wait\` s, and the commit that stores the reply takes it for it; none by then: \`{"delivery": null}\`. A scheduled message of the caller's not sent yet has none. 404 \`not_found\` for a message the caller did not send.`,
+    tag: 'deliveries',
+    auth: true,
+    pathParams: { message_id: 'The message_id of a message the caller sent.' },
+    query: [
+      {
+        name: 'wait',
+        min: 0,
+        max: MAX_REPLY_WAIT_S,
+        default: 0,
+        description: `seconds to wait for the reply when there is none yet (0 to ${MAX_REPLY_WAIT_S})`,
+      },
+    ],
+    responses: [
+      {
+        status: 200,
+        description: 'The reply, taken; or null when none came within the wait.',
+        schema: z.looseObject({ delivery: ReplyDeliverySchema.nullable() }),
+      },
+    ],
+    errors: ['invalid_request', 'not_an_agent', 'not_found', 'too_many_polls', ...STORE],
   },
   {
     method: 'GET',

@@ -14,6 +14,7 @@ import {
   INBOX_MAX,
   MAX_BATCH,
   MAX_DEPTH,
+  MAX_REPLY_WAIT_S,
   MAX_WAIT_S,
   PAGE_DEFAULT_LIMIT,
   PAGE_MAX_LIMIT,
@@ -102,6 +103,16 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       new GatewayError(
         'too_many_polls',
         `${agent} already has ${n} inbox requests open (AGW_MAX_POLLS_PER_AGENT); retry when one ends`,
+        { retryAfterS: 1 },
+      ),
+  );
+  // A wait for an ask's reply is a long poll too: a bound of its own, as large.
+  const replyWaits = new AgentSlots(
+    d.maxPollsPerAgent,
+    (agent, n) =>
+      new GatewayError(
+        'too_many_polls',
+        `${agent} already has ${n} waits for a reply open (AGW_MAX_POLLS_PER_AGENT); retry when one ends`,
         { retryAfterS: 1 },
       ),
   );
@@ -382,12 +393,43 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       }),
     }),
     route({
+      // a scheduled message's sender cancels it before it fires (docs/design/time.md)
+      method: 'DELETE',
+      path: '/v1/messages/:message_id',
+      who: 'agent',
+      handler: async ({ ctx, params, res }) => {
+        await delivery.cancelScheduled(ctx.agent, params.message_id!);
+        res.writeHead(204).end();
+        return undefined;
+      },
+    }),
+    route({
       method: 'GET',
       path: '/v1/messages/:message_id/journey',
       who: 'reader',
       handler: async ({ ctx, params }) => ({
         body: await delivery.journey(ctx, params.message_id!, topology.alertsTo),
       }),
+    }),
+    route({
+      // an ask's reply (docs/design/time.md, "Asking"), taken out of its lane for the asker
+      method: 'GET',
+      path: '/v1/messages/:message_id/reply',
+      who: 'agent',
+      handler: async ({ ctx, params, query, res }) => {
+        const wait = intParam(query, 'wait', 0, 0, MAX_REPLY_WAIT_S);
+        replyWaits.enter(ctx.agent);
+        try {
+          const gone = new Promise((resolve) => res.once('close', resolve));
+          const got = await delivery.reply(ctx.agent, params.message_id!, wait, gone);
+          // taken already: counted in the bytes in flight, never refused for them
+          const reservation = responses.reserve(res, 0, true);
+          await responses.send(res, reservation, ['{"delivery":', got ?? 'null', '}']);
+          return undefined;
+        } finally {
+          replyWaits.leave(ctx.agent);
+        }
+      },
     }),
     route({
       method: 'GET',

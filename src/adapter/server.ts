@@ -130,6 +130,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
   });
   if (delivery.stalls !== undefined) metrics.watchStalls(delivery.stalls);
   metrics.watchPolls((agent) => delivery.parkedPolls(agent));
+  metrics.watchReplyWaits((agent) => delivery.parkedReplyWaits(agent));
   const storage = new StorageWatch({
     commits,
     logger,
@@ -177,6 +178,7 @@ export async function startAdapter(opts: AdapterOptions): Promise<Adapter> {
         store,
         commits,
         maxMessageBytes: settings.maxMessageBytes,
+        maxScheduleMs: settings.maxScheduleDays * 86_400_000,
         now,
         rates: sendRates(settings, topology, now),
         tracing: opts.tracing ?? NO_TRACING,

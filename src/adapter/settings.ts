@@ -72,6 +72,8 @@ export const ADAPTER_SETTINGS = {
   retryBaseMs: { env: 'AGW_RETRY_BASE_MS', default: String(DEFAULT_DELIVERY.retryBaseMs) },
   /** Messages older than this are pruned, contracts never. Default 30. */
   retentionDays: { env: 'AGW_RETENTION_DAYS', default: '30' },
+  /** How far ahead a message's deliver_at may be, days. Default 365. */
+  maxScheduleDays: { env: 'AGW_MAX_SCHEDULE_DAYS', default: '365' },
   /** Kinds retention never prunes, comma-separated. Default task/request,policy/update. */
   retentionKeepKinds: { env: 'AGW_RETENTION_KEEP_KINDS', default: 'task/request,policy/update' },
   /**
@@ -206,6 +208,7 @@ export const AdapterSettingsSchema = z
     maxRetries: intSetting(0, 100),
     retryBaseMs: intSetting(1, 3600 * 1000),
     retentionDays: intSetting(1, 36500),
+    maxScheduleDays: intSetting(1, 3650),
     retentionKeepDays: intSetting(0, 36500),
     auditRetentionDays: intSetting(1, 36500),
     retentionKeepKinds: z.string().transform((s, ctx) => {

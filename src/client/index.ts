@@ -13,6 +13,13 @@
  * //   await gw.send({ to: `@${m.sender}`, kind: 'status', reply_to: m.message_id });
  * ```
  *
+ * An ask sends a message and waits for the first reply to it (through the sidecar):
+ *
+ * ```ts
+ * const r = await gw.ask({ to: '@research', kind: 'task/request', payload: { ... } }, { timeoutMs: 120_000 });
+ * if (r.status === 'replied') { ...r.reply.message...; await gw.ack([r.reply.delivery_id]); }
+ * ```
+ *
  * A send is retried a few times when the answer may change (429, 503, no answer) with the same
  * idempotency key, so a retry never makes a second message. The receive loop extends the lease
  * of a message while its handler runs; a handler that can never handle a message throws a
@@ -21,6 +28,7 @@
 
 import {
   type AckResult,
+  type AskResult,
   type Delivery,
   type HeartbeatResult,
   type Inputs,
@@ -37,11 +45,14 @@ import {
 } from '../protocol/agent-api.js';
 import { isRetryableAnswer } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
+import { ASK_DEFAULT_TIMEOUT_MS, ASK_MAX_TIMEOUT_MS } from '../protocol/limits.js';
 import { LeaseKeeper } from './leases.js';
 import { activeTrace, inHandlingSpan, otelApi } from './tracing.js';
 
 export type {
   AckResult,
+  AskRecipient,
+  AskResult,
   Delivery,
   HeartbeatResult,
   Lease,
@@ -51,6 +62,7 @@ export type {
   NackResult,
   OutgoingMessage,
   RecipientStatus,
+  ReplyDelivery,
   SendResult,
 } from '../protocol/agent-api.js';
 
@@ -156,6 +168,23 @@ export interface NackOptions {
   readonly reason?: string;
 }
 
+export interface AskOptions {
+  /**
+   * How long to wait for the reply, ms: 1 to 900000 (15 minutes). Default 30000. The time is
+   * up: the answer is `timeout` (no error), with where the message is for each recipient.
+   */
+  readonly timeoutMs?: number;
+  /** Gives the wait up (the message is sent all the same); the call rejects. */
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * The longest one request of an ask waits, ms: below the 300 s undici's fetch waits for an
+ * answer's headers. A longer ask is the same ask again (the same key: nothing is sent again),
+ * until its time is up.
+ */
+const ASK_STEP_MS = 240_000;
+
 /** Messages the client remembers having handled, to drop at-least-once repeats. */
 const SEEN_MAX = 10_000;
 /** The longest nack reason the adapter takes. */
@@ -212,6 +241,60 @@ export class GatewayClient {
     }
     // the adapter's own answer (a client of the adapter directly) has no status: it is stored
     return 'status' in body && body.status === 'queued' ? body : { ...body, status: 'delivered' };
+  }
+
+  /**
+   * Sends a message and waits for the first reply to it that reaches this agent (POST /v1/ask,
+   * at the sidecar): `replied` with the reply, a delivery leased to this agent (handle it, then
+   * ack its delivery_id, as any delivery), or, once `timeoutMs` passed, `timeout` with where the
+   * message is for each recipient (its journey's cause and explanation). A poll of this agent's
+   * meanwhile does not get the reply. Tried again as a send is (429, 503, no answer), and waited
+   * for in steps of at most 240 s, each the same ask under the same idempotency key: nothing is
+   * sent twice, and the reply is found also after the sidecar restarted.
+   */
+  async ask(message: OutgoingMessage, opts: AskOptions = {}): Promise<AskResult> {
+    const active = message.traceparent === undefined ? activeTrace(await otelApi()) : undefined;
+    const envelope = {
+      ...message,
+      ...active,
+      idempotency_key: message.idempotency_key ?? uuidv7(),
+    };
+    return this.#waitInSteps(opts, (timeout_ms) =>
+      this.call('ask', { ...envelope, timeout_ms }, opts.signal),
+    );
+  }
+
+  /**
+   * Waits again for the reply to a message this agent sent (`messageId`: its message_id, or the
+   * idempotency_key of a send answered `queued`); nothing is sent. Answers as {@link ask}.
+   */
+  awaitReply(messageId: string, opts: AskOptions = {}): Promise<AskResult> {
+    return this.#waitInSteps(opts, (timeout_ms) =>
+      this.call('awaitReply', { message_id: messageId, timeout_ms }, opts.signal),
+    );
+  }
+
+  /** An ask's wait, `opts.timeoutMs` in all, in requests of at most ASK_STEP_MS, each retried. */
+  async #waitInSteps(
+    opts: AskOptions,
+    wait: (timeoutMs: number) => Promise<AskResult>,
+  ): Promise<AskResult> {
+    const timeoutMs = opts.timeoutMs ?? ASK_DEFAULT_TIMEOUT_MS;
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > ASK_MAX_TIMEOUT_MS)
+      throw new RangeError(`timeoutMs: must be an integer from 1 to ${ASK_MAX_TIMEOUT_MS}`);
+    const deadline = Date.now() + timeoutMs;
+    for (let attempt = 1; ; ) {
+      const left = Math.max(1, deadline - Date.now());
+      try {
+        const answer = await wait(Math.min(left, ASK_STEP_MS));
+        if (answer.status === 'replied' || left <= ASK_STEP_MS) return answer;
+      } catch (err) {
+        if (opts.signal?.aborted) throw err;
+        const pause = this.#retryWait(err, attempt++);
+        if (pause === undefined || Date.now() + pause >= deadline) throw err;
+        await new Promise((r) => setTimeout(r, pause));
+      }
+    }
   }
 
   /** How long to wait before try `attempt` + 1 of a send, or undefined: give up and throw. */

@@ -18,6 +18,8 @@ import { checkEnvelopeFields, EnvelopeSchema, MessageIdSchema } from './envelope
 import { GatewayError } from './errors.js';
 import { parseJson } from './http.js';
 import {
+  ASK_DEFAULT_TIMEOUT_MS,
+  ASK_MAX_TIMEOUT_MS,
   INBOX_DEFAULT_MAX,
   INBOX_MAX,
   PAGE_DEFAULT_LIMIT,
@@ -34,6 +36,13 @@ import { PRIORITIES } from './priority.js';
  */
 export const MCP_MAX_WAIT_S = 25;
 
+/**
+ * The longest wait of the `ask` and `await_reply` tools, s, and their default: 50, below the
+ * MCP TypeScript SDK's 60 s deadline of a tool call, so that a timeout is an answer the model
+ * reads (where its message is), never a failed call. A longer wait is another await_reply.
+ */
+export const MCP_MAX_ASK_S = 50;
+
 // ---- bodies, as the sidecar checks them (its own negative delivery ids allowed) ----
 
 const IDS = { negativeToo: true } as const;
@@ -47,6 +56,43 @@ export function checkEmergency(value: unknown): z.output<typeof EmergencyRequest
   throw new GatewayError('invalid_request', `${field}: ${issue?.message ?? 'invalid'}`, { field });
 }
 
+/** How long an ask waits (POST /v1/ask `timeout_ms`), as a body field. */
+const TimeoutMs = z
+  .int('must be an integer')
+  .min(1, `must be from 1 to ${ASK_MAX_TIMEOUT_MS}`)
+  .max(ASK_MAX_TIMEOUT_MS, `must be from 1 to ${ASK_MAX_TIMEOUT_MS}`)
+  .optional()
+  .describe(
+    `ms to wait for the reply (default ${ASK_DEFAULT_TIMEOUT_MS}); not part of the message: the same key asked again with another timeout is the same ask`,
+  );
+
+/**
+ * POST /v1/ask's body: its `timeout_ms` checked here (a 400 naming it); the envelope, the rest,
+ * by the send it makes, as POST /v1/messages checks it.
+ */
+function parseAsk(raw: Buffer): Partial<Inputs['ask']> {
+  const value = parseJson(raw);
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    return value as Inputs['ask'];
+  const timeout = TimeoutMs.safeParse((value as { timeout_ms?: unknown }).timeout_ms);
+  if (!timeout.success) {
+    const why = timeout.error.issues[0]?.message ?? 'invalid';
+    throw new GatewayError('invalid_request', `timeout_ms: ${why}`, { field: 'timeout_ms' });
+  }
+  return value as Inputs['ask'];
+}
+
+/** The send's body as the sidecar takes it (the key made when left out). */
+const SendBody = EnvelopeSchema.extend({
+  idempotency_key: EnvelopeSchema.shape.idempotency_key
+    .optional()
+    .describe('made by the sidecar (a UUIDv7) when left out'),
+  payload: EnvelopeSchema.shape.payload
+    .unwrap()
+    .meta({ type: 'object', description: 'a JSON object; {} when left out' })
+    .optional(),
+});
+
 /** A body's schema (for the documents) and its check (for the routes), by operation. */
 export const BODIES: {
   readonly [N in OperationName]?: {
@@ -56,18 +102,8 @@ export const BODIES: {
 } = {
   // send: the service checks the envelope (and keeps its bytes); this is its schema, the key
   // made by the sidecar when left out
-  send: {
-    schema: EnvelopeSchema.extend({
-      idempotency_key: EnvelopeSchema.shape.idempotency_key
-        .optional()
-        .describe('made by the sidecar (a UUIDv7) when left out'),
-      payload: EnvelopeSchema.shape.payload
-        .unwrap()
-        .meta({ type: 'object', description: 'a JSON object; {} when left out' })
-        .optional(),
-    }),
-    parse: (raw) => parseJson(raw) as Inputs['send'],
-  },
+  send: { schema: SendBody, parse: (raw) => parseJson(raw) as Inputs['send'] },
+  ask: { schema: SendBody.extend({ timeout_ms: TimeoutMs }), parse: parseAsk },
   inboxAcking: {
     schema: deliveryIdsSchema(IDS),
     parse: (raw) => checkRequest(deliveryIdsSchema(IDS), parseJson(raw)),
@@ -118,25 +154,52 @@ function args<N extends OperationName, S extends z.ZodType>(
   return { schema, toInput: toInput as (a: never) => Inputs[N], ...(check ? { check } : {}) };
 }
 
+/** What a message is, as send_message and ask take it. */
+const MESSAGE_ARGS = {
+  to: E.to.describe('a channel name (e.g. "product") or "@agent" for one agent'),
+  kind: E.kind.describe(
+    'task/request, task/update, task/result, task/cancel, signal, escalation, policy/update, status or system/ping',
+  ),
+  payload: E.payload.unwrap().meta({
+    type: 'object',
+    description:
+      'a JSON object; task/request needs task_id and description, task/result task_id and status (success, failure or pending), task/update and task/cancel task_id',
+  }),
+  priority: E.priority.describe(
+    'critical or normal; left out: critical for escalation and policy/update, else normal',
+  ),
+  reply_to: E.reply_to.describe(
+    'the message_id of the message this answers: keeps the conversation in its thread',
+  ),
+};
+
+/** The envelope's times, as send_message takes them (the envelope's own checks). */
+const TIME_ARGS = {
+  deliver_at: E.deliver_at.describe(
+    'an RFC 3339 time (e.g. 2031-01-01T12:00:00Z) to deliver it then, not now: at most 365 days ahead; you may cancel it until then',
+  ),
+  ttl_ms: E.ttl_ms.describe(
+    'a deadline in ms from now (from deliver_at when given): not handled by then, it is dropped as a dead letter (expired)',
+  ),
+  expires_at: E.expires_at.describe(
+    'the same deadline as an RFC 3339 time; not together with ttl_ms',
+  ),
+};
+
+/** How long the ask tools wait, s. */
+const askWait = bounded(
+  1,
+  MCP_MAX_ASK_S,
+  MCP_MAX_ASK_S,
+  `seconds to wait for the answer (1 to ${MCP_MAX_ASK_S}, default ${MCP_MAX_ASK_S})`,
+);
+
 /** Each tool's arguments, by the operation it stands for (agent-api.ts names the tool). */
 export const TOOL_ARGS: { readonly [N in OperationName]?: ToolArgs<N> } = {
   send: args(
     z.strictObject({
-      to: E.to.describe('a channel name (e.g. "product") or "@agent" for one agent'),
-      kind: E.kind.describe(
-        'task/request, task/update, task/result, task/cancel, signal, escalation, policy/update, status or system/ping',
-      ),
-      payload: E.payload.unwrap().meta({
-        type: 'object',
-        description:
-          'a JSON object; task/request needs task_id and description, task/result task_id and status (success, failure or pending), task/update and task/cancel task_id',
-      }),
-      priority: E.priority.describe(
-        'critical or normal; left out: critical for escalation and policy/update, else normal',
-      ),
-      reply_to: E.reply_to.describe(
-        'the message_id of the message this answers: keeps the conversation in its thread',
-      ),
+      ...MESSAGE_ARGS,
+      ...TIME_ARGS,
       idempotency_key: E.idempotency_key
         .optional()
         .describe(
@@ -221,6 +284,25 @@ export const TOOL_ARGS: { readonly [N in OperationName]?: ToolArgs<N> } = {
     }),
     (a) => a,
   ),
+  ask: args(
+    z.strictObject({ ...MESSAGE_ARGS, timeout_seconds: askWait }),
+    ({ timeout_seconds, ...message }) =>
+      ({ ...message, timeout_ms: timeout_seconds * 1000 }) as Inputs['ask'],
+    checkEnvelopeFields,
+  ),
+  awaitReply: args(
+    z.strictObject({
+      message_id: z
+        .string()
+        .min(1)
+        .max(128)
+        .describe(
+          'the message_id ask answered (message.message_id), or its idempotency_key while it was queued',
+        ),
+      timeout_seconds: askWait,
+    }),
+    (a) => ({ message_id: a.message_id, timeout_ms: a.timeout_seconds * 1000 }),
+  ),
 };
 
 // ---- the answers ----
@@ -232,7 +314,11 @@ export const MessageSchema = z
   .looseObject({
     message_id: z.string().describe('a UUIDv7'),
     channel: z.string(),
-    channel_sequence_id: z.int().min(1),
+    channel_sequence_id: z
+      .int()
+      .min(1)
+      .nullable()
+      .describe('null only for a scheduled message not sent yet (GET /v1/messages/{id})'),
     sender: z.string(),
     timestamp_iso8601: time,
     idempotency_key: z.string(),
@@ -245,6 +331,8 @@ export const MessageSchema = z
     hop: z.int().min(0),
     traceparent: z.string().optional().describe("W3C trace context of the message's creation"),
     tracestate: z.string().optional(),
+    scheduled_for: time.optional().describe('its deliver_at, when it was scheduled'),
+    expires_at: time.optional().describe('its deadline: a copy not acked by then expires'),
     payload: z.record(z.string(), z.unknown()),
   })
   .describe('A stored message: the envelope and the fields the adapter added');
@@ -274,30 +362,86 @@ export const ErrorBodySchema = z
   })
   .describe('A refusal');
 
+/** A send's answer: stored by the adapter, or kept in the outbox. */
+const SendResultSchema = z.union([
+  z.looseObject({
+    status: z.literal('delivered'),
+    message_id: z.string(),
+    channel: z.string(),
+    channel_sequence_id: z
+      .int()
+      .min(1)
+      .nullable()
+      .describe('null while it is scheduled: it takes its number when it fires'),
+    timestamp_iso8601: time,
+    scheduled_for: time.optional().describe("a scheduled message's deliver_at"),
+    expires_at: time.optional().describe('its deadline, when it has one'),
+    idempotency_key: z.string(),
+    priority: z.enum(PRIORITIES),
+    thread_id: z.string(),
+    hop: z.int().min(0),
+    duplicate: z.boolean(),
+    traceparent: z.string().optional().describe("the message's trace context, when it has one"),
+    tracestate: z.string().optional(),
+  }),
+  z.looseObject({
+    status: z.literal('queued'),
+    idempotency_key: z.string(),
+    outbox_depth: z.int().min(1),
+    traceparent: z.string().optional().describe("the message's trace context, when it has one"),
+    tracestate: z.string().optional(),
+  }),
+]);
+
+/** An ask's reply: a delivery as the inbox gives it, with its state (wire.ts replyJson). */
+export const ReplyDeliverySchema = z
+  .looseObject({
+    delivery_id: z.int().describe("the adapter's delivery id: ack it as any delivery"),
+    attempt: z.int().min(0),
+    lease_expires_at: time.nullable().describe('null once acked or dead-lettered'),
+    state: z.enum(['leased', 'acked', 'dead_letter']),
+    message: MessageSchema.nullable().describe('null when its stored bytes fail their checksum'),
+  })
+  .describe("An ask's reply: leased to the caller, or settled before and answered as it is");
+
+const RecipientCauseSchema = z.enum([
+  'acked',
+  'leased',
+  'waiting_for_poll',
+  'waiting_behind',
+  'retry_backoff',
+  'paused',
+  'scheduled',
+  'dead_letter',
+]);
+
+/** POST /v1/ask's answer: the reply, or where the message is when the time ran out. */
+const AskResultSchema = z.union([
+  z.looseObject({
+    status: z.literal('replied'),
+    message: SendResultSchema.describe("the send's answer"),
+    reply: ReplyDeliverySchema,
+  }),
+  z.looseObject({
+    status: z.literal('timeout'),
+    message: SendResultSchema.describe("the send's answer (queued: still in the outbox)"),
+    recipients: z
+      .array(
+        z.looseObject({
+          agent: z.string(),
+          state: z.enum(['pending', 'leased', 'acked', 'dead_letter']),
+          cause: RecipientCauseSchema,
+          explanation: z.string(),
+        }),
+      )
+      .describe("each recipient's copy, from the message's journey"),
+  }),
+]);
+
 export const OUTPUTS: { readonly [N in OperationName]: z.ZodType } = {
-  send: z.union([
-    z.looseObject({
-      status: z.literal('delivered'),
-      message_id: z.string(),
-      channel: z.string(),
-      channel_sequence_id: z.int().min(1),
-      timestamp_iso8601: time,
-      idempotency_key: z.string(),
-      priority: z.enum(PRIORITIES),
-      thread_id: z.string(),
-      hop: z.int().min(0),
-      duplicate: z.boolean(),
-      traceparent: z.string().optional().describe("the message's trace context, when it has one"),
-      tracestate: z.string().optional(),
-    }),
-    z.looseObject({
-      status: z.literal('queued'),
-      idempotency_key: z.string(),
-      outbox_depth: z.int().min(1),
-      traceparent: z.string().optional().describe("the message's trace context, when it has one"),
-      tracestate: z.string().optional(),
-    }),
-  ]),
+  send: SendResultSchema,
+  ask: AskResultSchema,
+  awaitReply: AskResultSchema,
   inbox: InboxResultSchema,
   inboxAcking: z.looseObject({ ...AckResultSchema.shape, ...InboxResultSchema.shape }),
   ack: AckResultSchema,
@@ -328,16 +472,7 @@ export const OUTPUTS: { readonly [N in OperationName]: z.ZodType } = {
           attempts: z.int().min(0),
           reason: z.string().nullable(),
           note: z.string().nullable(),
-          cause: z.enum([
-            'acked',
-            'leased',
-            'waiting_for_poll',
-            'waiting_behind',
-            'retry_backoff',
-            'paused',
-            'scheduled',
-            'dead_letter',
-          ]),
+          cause: RecipientCauseSchema,
           explanation: z.string(),
           last_poll: time.nullable(),
           waiting_behind: z

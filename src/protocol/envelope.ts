@@ -66,6 +66,17 @@ const jsonObject = z.custom<Record<string, unknown>>(
 /** A message_id: a UUIDv7 (anything else names no message). */
 export const MessageIdSchema = z.string().regex(UUIDV7_PATTERN, 'must be a message_id (a UUIDv7)');
 
+/** Ten years, ms: past any AGW_MAX_SCHEDULE_DAYS and any sane deadline. */
+export const MAX_TIME_AHEAD_MS = 10 * 366 * 24 * 3600 * 1000;
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+const RFC3339_RULE = 'must be an RFC 3339 time with its offset, such as 2026-12-06T12:00:00Z';
+
+/** An RFC 3339 date-time with an offset that names a real instant. */
+function isRfc3339(s: string): boolean {
+  return RFC3339.test(s) && Number.isFinite(Date.parse(s));
+}
+
 export const EnvelopeSchema = z.strictObject({
   idempotency_key: z.string().regex(KEY_PATTERN, 'must be 1-128 printable ASCII characters'),
   to: z
@@ -97,6 +108,15 @@ export const EnvelopeSchema = z.strictObject({
    */
   traceparent: z.string().refine(isTraceparent, TRACEPARENT_RULE).optional(),
   tracestate: z.string().refine(isTracestate, TRACESTATE_RULE).optional(),
+  /**
+   * Its deadline (docs/design/time.md): a copy not acked by then is never handed over again and
+   * becomes a dead letter `expired`. Past at receipt: 400 (decided after the idempotency key).
+   */
+  expires_at: z.string().refine(isRfc3339, RFC3339_RULE).optional(),
+  /** The same as a duration from receipt (or from deliver_at); not with expires_at. */
+  ttl_ms: z.int().positive().max(MAX_TIME_AHEAD_MS).optional(),
+  /** Sent when due, at most AGW_MAX_SCHEDULE_DAYS ahead; at or before receipt: sent now. */
+  deliver_at: z.string().refine(isRfc3339, RFC3339_RULE).optional(),
 });
 
 /** A checked envelope, its priority resolved. */
@@ -166,6 +186,11 @@ function checkEnvelope(value: unknown, at: { field: string }): Envelope {
   if (base.data.tracestate !== undefined && base.data.traceparent === undefined) {
     throw new GatewayError('invalid_envelope', 'tracestate: comes only with a traceparent', {
       field: 'tracestate',
+    });
+  }
+  if (base.data.ttl_ms !== undefined && base.data.expires_at !== undefined) {
+    throw new GatewayError('invalid_envelope', 'ttl_ms: give expires_at or ttl_ms, not both', {
+      field: 'ttl_ms',
     });
   }
   at.field = 'priority';

@@ -20,6 +20,11 @@ export function fingerprint(e: Envelope): Buffer {
         // still a duplicate, not a 409
         reply_to: e.reply_to ?? undefined,
         payload: e.payload,
+        // as sent, left out when absent as reply_to is: a retry with the same ttl_ms is the same
+        // message although the deadline it gives would be later
+        expires_at: e.expires_at,
+        ttl_ms: e.ttl_ms,
+        deliver_at: e.deliver_at,
       }),
     )
     .digest();

@@ -7,6 +7,23 @@
 /** The longest a long poll may wait, s (GET /v1/inbox?wait=S). */
 export const MAX_WAIT_S = 30;
 
+/**
+ * The longest one wait for an ask's reply may park, s (GET /v1/messages/{id}/reply?wait=S):
+ * 25, as an MCP tool's wait. An ask waits longer (its timeout_ms) in steps of this, each a
+ * request of its own, so no one request outlives a proxy's or a client's idle deadline.
+ */
+export const MAX_REPLY_WAIT_S = 25;
+
+/** How long an ask waits for its reply when it does not say, ms (POST /v1/ask `timeout_ms`). */
+export const ASK_DEFAULT_TIMEOUT_MS = 30_000;
+
+/**
+ * The longest an ask may wait for its reply, ms: 15 minutes, the longest lease by default
+ * (AGW_MAX_LEASE_MS). Longer than that, a task is work to hand over and check on later
+ * (send_message, then message_status or await_reply), not a question to block on.
+ */
+export const ASK_MAX_TIMEOUT_MS = 900_000;
+
 /** Envelopes one POST /v1/messages/batch may carry; also the sidecar's drain batch. */
 export const MAX_BATCH = 100;
 

@@ -53,7 +53,7 @@ export interface TextQueryParam {
 }
 
 export interface DocOperation {
-  readonly method: 'GET' | 'POST';
+  readonly method: 'GET' | 'POST' | 'DELETE';
   /** The router's form, with :params: `/v1/messages/:message_id`. */
   readonly path: string;
   readonly operationId: string;
@@ -302,12 +302,14 @@ const AGENT_TAGS: { readonly [N in OperationName]: Tag } = {
   emergency: 'emergencies',
   status: 'operations',
   outboxDeadLetters: 'dead-letters',
+  ask: 'messages',
+  awaitReply: 'messages',
 };
 
 /** The agent operations' path parameters, by name. */
 const PATH_PARAMS: Readonly<Record<string, string>> = {
   message_id:
-    "The message_id (a UUIDv7) its send answered; for a journey, also the idempotency_key of one of the caller's own sends.",
+    "The message_id (a UUIDv7) its send answered; for a journey and an ask's wait, also the idempotency_key of one of the caller's own sends.",
   channel: 'A channel the agent is a member of, or `@<agent>` for its own direct messages.',
 };
 
@@ -325,6 +327,12 @@ const ANSWERS: { readonly [N in OperationName]?: Readonly<Record<number, string>
     202: 'Queued (`status` queued): kept in the outbox while the adapter does not answer, delivered later.',
   },
   emergency: { 202: 'Written: one priority=CRIT journald entry.' },
+  ask: {
+    200: 'The reply (`status` replied), or, when the time ran out, where the message is (`status` timeout).',
+  },
+  awaitReply: {
+    200: 'The reply (`status` replied), or, when the time ran out, where the message is (`status` timeout).',
+  },
 };
 
 /**

@@ -46,7 +46,7 @@ export interface RequestScope {
 }
 
 export interface Route<Who extends string, Ctx, Body = unknown> {
-  readonly method: 'GET' | 'POST';
+  readonly method: 'GET' | 'POST' | 'DELETE';
   /** `/v1/inbox`, or with parameters: `/v1/dead-letters/:id/replay`. */
   readonly path: string;
   readonly who: Who;

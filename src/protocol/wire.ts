@@ -16,6 +16,25 @@ export function deliveryJson(
   return `{"delivery_id":${id},"attempt":${attempt},"lease_expires_at":"${expires}","message":${messageJson}}`;
 }
 
+/** A copy's state as an ask's reply tells it (the store's take_reply). */
+export type ReplyState = 'leased' | 'acked' | 'dead_letter';
+
+/**
+ * An ask's reply (docs/design/time.md, "Asking"): the delivery as the inbox gives it, with its
+ * `state`. An acked or dead-lettered copy holds no lease (`lease_expires_at` null); a message
+ * that fails its checksum is `"message":null`, as the dead letters show one.
+ */
+export function replyJson(
+  id: number,
+  attempt: number,
+  leaseExpiresAt: number | null,
+  state: ReplyState,
+  messageJson: string,
+): string {
+  const expires = leaseExpiresAt === null ? 'null' : `"${new Date(leaseExpiresAt).toISOString()}"`;
+  return `{"delivery_id":${id},"attempt":${attempt},"lease_expires_at":${expires},"state":"${state}","message":${messageJson}}`;
+}
+
 export interface DeadLetterFields {
   readonly id: number;
   readonly reason: string;

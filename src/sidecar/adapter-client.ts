@@ -158,7 +158,7 @@ export class AdapterClient {
     trace?: TraceContext,
   ): Promise<AdapterResponse> {
     try {
-      const pool = path.startsWith('/v1/inbox') ? this.#polls : this.#pool;
+      const pool = isLongPoll(path) ? this.#polls : this.#pool;
       const base = body === undefined ? this.#getHeaders : this.#postHeaders;
       // the caller's span as the call's parent (tracing on only): a header object of its own
       const headers = trace === undefined ? base : { ...base, ...trace };
@@ -374,4 +374,9 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     const bom = b.length > 2 && b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf;
     return b.toString('utf8', bom ? 3 : 0);
   }
+}
+
+/** A call that may park at the adapter: an inbox poll, or an ask's wait for its reply. */
+function isLongPoll(path: string): boolean {
+  return path.startsWith('/v1/inbox') || /^\/v1\/messages\/[^/?]+\/reply(\?|$)/.test(path);
 }

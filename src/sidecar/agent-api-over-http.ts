@@ -17,6 +17,7 @@ import {
   renderRequest,
 } from '../protocol/agent-api.js';
 import { errorFromAnswer, GatewayError } from '../protocol/errors.js';
+import { ASK_DEFAULT_TIMEOUT_MS } from '../protocol/limits.js';
 
 /**
  * Beyond a long poll's wait, how long a call may take, ms: more than the sidecar's own deadline
@@ -44,8 +45,7 @@ export function agentApiOverHttp(url: string): AgentApiOverHttp {
     opts: CallOptions = {},
   ): Promise<Result<N>> {
     const { method, path, body } = renderRequest(name, input);
-    const waitS = (input as { wait?: number }).wait ?? 0;
-    const deadline = AbortSignal.timeout(waitS * 1000 + CALL_DEADLINE_MS);
+    const deadline = AbortSignal.timeout(waitMsOf(name, input) + CALL_DEADLINE_MS);
     const { signal } = opts;
     let status: number;
     let text: string;
@@ -88,4 +88,11 @@ export function agentApiOverHttp(url: string): AgentApiOverHttp {
     api[op.name] = (input: never, opts?: CallOptions) => call(op.name, input, opts);
   }
   return api as unknown as AgentApiOverHttp;
+}
+
+/** How long a call may wait at the sidecar by its input: a poll's `wait`, an ask's timeout. */
+function waitMsOf(name: OperationName, input: unknown): number {
+  const { wait, timeout_ms } = input as { wait?: number; timeout_ms?: number };
+  if (name === 'ask' || name === 'awaitReply') return timeout_ms ?? ASK_DEFAULT_TIMEOUT_MS;
+  return (wait ?? 0) * 1000;
 }

@@ -24,6 +24,13 @@ export interface SidecarEvents extends BreakerEvents {
   'send:assigned': [channel: string, seq: number];
   /** A send was refused because the outbox holds its bound (`depth` = `capacity`). */
   'outbox:full': [outbox: { readonly depth: number; readonly capacity: number }];
+  /**
+   * A queued message was stored by the adapter as the outbox drained (201, or 200 for a key it
+   * had stored before): `ack` is the adapter's answer, as a send's would have been.
+   */
+  'outbox:sent': [
+    sent: { readonly idempotencyKey: string; readonly ack: Readonly<Record<string, unknown>> },
+  ];
   /** A queued message the adapter refused for good moved to the local dead letters. */
   'outbox:dead-letter': [refused: { readonly idempotencyKey: string; readonly status: number }];
   /**

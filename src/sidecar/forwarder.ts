@@ -360,6 +360,7 @@ export class Forwarder {
     const { results } = JSON.parse(res.body) as { results: BatchResult[] };
     const delivered: number[] = [];
     const refused: Refused[] = [];
+    const stored: { idempotencyKey: string; ack: BatchResult }[] = [];
     let stopAt = -1;
     let retryAfterS: number | undefined;
     for (let i = 0; i < batch.length; i++) {
@@ -375,6 +376,7 @@ export class Forwarder {
       if (r.status === 200 || r.status === 201) {
         delivered.push(q.seq);
         this.#assigned(r);
+        stored.push({ idempotencyKey: q.idempotency_key, ack: r });
         if (span !== undefined) sent(span, r as unknown as { message_id: string; channel: string });
       } else {
         refused.push({ q, status: r.status, answer: JSON.stringify(r) });
@@ -382,6 +384,8 @@ export class Forwarder {
       }
     }
     this.#setAside(delivered, refused);
+    // told once they left the outbox: a listener that looks finds them gone
+    for (const s of stored) this.#o.events.emit('outbox:sent', s);
     if (stopAt >= 0) return retryAfterS ?? 0;
     this.#delayStep = 0;
     return 'next';

@@ -23,6 +23,10 @@
  *   to their sender, so they are not gaps.
  * - A channel the sidecar has no memory of starts at the first message it sees: a sidecar whose
  *   file was lost does not replay a channel's whole history to its agent.
+ * - A reply handed to an ask (docs/design/time.md, "Asking") counts as handed over although it
+ *   came out of its channel's order (table `taken`): a gap scan past it skips it, a mark reaches
+ *   past it, and an ack of its delivery id is matched to it, also after a restart. One a poll
+ *   brings while an ask waits for it goes to the ask (claim), not into the poll's answer.
  */
 import { GatewayError } from '../protocol/errors.js';
 import type { Answer } from '../protocol/router.js';
@@ -68,6 +72,13 @@ export class InboxRepair {
    * poll, since acks, hand-overs and scans take them away.
    */
   #calm = false;
+
+  /**
+   * Asked of each reply (a delivery whose message has `reply_to`) a poll brings from the
+   * adapter: true when an ask waits for it and has been given it (ask.ts). Such a reply is left
+   * out of the poll's answer and counts as handed over.
+   */
+  claim: ((d: Delivery) => boolean) | undefined;
 
   /** `events` hears 'inbox:gap' when a delivery's number opens a gap. */
   constructor(file: SidecarFile, agent: string, client: Upstream, events?: SidecarEventMap) {
@@ -138,7 +149,7 @@ export class InboxRepair {
     const out: Settled = { upstream: [], local: [], unknown: [] };
     for (const id of ids) {
       if (id > 0) {
-        const message = this.#handedIds.get(id);
+        const message = this.#handedIds.get(id) ?? this.#file.takenDelivery(id);
         if (message !== undefined) messages.push(message);
         out.upstream.push(id);
         continue;
@@ -206,6 +217,47 @@ export class InboxRepair {
     return this.#file.copyLeased(-id, Date.now());
   }
 
+  /**
+   * A reply handed to an ask, leased to the agent or settled before: handed over, out of its
+   * channel's order. Committed before the ask's answer (the file's `taken`; the mark with the
+   * next persist()): a later gap scan does not hand it again, and the agent's ack of it is
+   * remembered as any ack through the sidecar.
+   */
+  taken(d: { readonly delivery_id: number; readonly message: Message }): void {
+    const m = d.message;
+    const t = {
+      message_id: m.message_id,
+      channel: m.channel,
+      seq: m.channel_sequence_id,
+      delivery: d.delivery_id,
+    };
+    this.#file.markTaken(t, Date.now());
+    this.#handed(d as Delivery);
+    // held back behind a gap or a copy, or copied from a replay (acked elsewhere), before the
+    // ask took it: the ask has it now. (A redelivery after this is handed over again, as any:
+    // the ask that took it may have died, or the agent never acked it.)
+    this.#file.handOver([], [m.message_id]);
+    if (!this.#calm) {
+      for (const c of this.#file.openCopies())
+        if (c.message_id === m.message_id) this.#file.copyDone(c.id);
+    }
+    const last = this.#file.handed(m.channel);
+    if (last === undefined) this.#file.setHanded(new Map([[m.channel, t.seq]]));
+    else if (t.seq === last + 1)
+      this.#file.setHanded(new Map([[m.channel, this.#last(m.channel) ?? t.seq]]));
+  }
+
+  /**
+   * The last number of `channel` handed over: its mark (this answer's `marks`, else the file's),
+   * and past it the replies asks took right after it, which need no scan.
+   */
+  #last(channel: string, marks?: ReadonlyMap<string, number>): number | undefined {
+    let last = marks?.get(channel) ?? this.#file.handed(channel);
+    if (last === undefined) return undefined;
+    while (this.#file.takenAt(channel, last + 1)) last++;
+    return last;
+  }
+
   /** A send of the agent's own came back with its number: it counts as handed over. */
   sent(channel: string, seq: number): void {
     const last = this.#file.handed(channel);
@@ -222,13 +274,20 @@ export class InboxRepair {
       const m = d.message;
       const lease = Date.parse(d.lease_expires_at) - now;
       if (lease > 0) this.#leaseMs = lease;
-      const last = marks.get(m.channel) ?? this.#file.handed(m.channel);
+      const last = this.#last(m.channel, marks);
       // Only a message handed over before can have been acked through the sidecar, and every
       // hand-over moves its channel's mark to at least its number, in memory at once and on disk
       // before the answer that hands it over (persist()), so before any ack of it. So a delivery
-      // past the mark, nearly every delivery, needs no look in the ack memory.
-      if (last !== undefined && m.channel_sequence_id <= last && this.#file.isAcked(m.message_id)) {
+      // past the mark, nearly every delivery, needs no look in the ack memory; but for a reply
+      // an ask took out of order, which is in memory too.
+      const before =
+        (last !== undefined && m.channel_sequence_id <= last) || this.#file.isTaken(m.message_id);
+      if (before && this.#file.isAcked(m.message_id)) {
         ackUpstream.push(d.delivery_id);
+        continue;
+      }
+      if (m.reply_to !== undefined && this.claim?.(d) === true) {
+        this.taken(d);
         continue;
       }
       if (!busy.has(m.channel) && last !== undefined && m.channel_sequence_id > last + 1) {
@@ -250,6 +309,7 @@ export class InboxRepair {
       this.#handed(d);
       out.push(d);
     }
+    for (const [channel, seq] of marks) marks.set(channel, this.#last(channel, marks) ?? seq);
     this.#file.setHanded(marks);
     if (ackUpstream.length > 0) await this.#ackUpstream(ackUpstream);
   }
@@ -286,7 +346,12 @@ export class InboxRepair {
         for (const m of page.messages) {
           if (m.channel_sequence_id >= gap.until) break;
           const mine = page.delivery_states?.[m.message_id];
-          if (m.sender === this.#agent || mine !== 'acked' || this.#file.isAcked(m.message_id))
+          if (
+            m.sender === this.#agent ||
+            mine !== 'acked' ||
+            this.#file.isAcked(m.message_id) ||
+            this.#file.isTaken(m.message_id)
+          )
             continue;
           copies.push({
             messageId: m.message_id,
@@ -355,6 +420,7 @@ export class InboxRepair {
       }
     }
     this.#file.handOver(leased, unheld);
+    for (const [channel, seq] of marks) marks.set(channel, this.#last(channel, marks) ?? seq);
     this.#file.setHanded(marks);
     if (ackUpstream.length > 0) void this.#ackUpstream(ackUpstream);
     return out;

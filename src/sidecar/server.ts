@@ -18,6 +18,7 @@ import { SidecarFile } from '../store/sidecar/sidecar-file.js';
 import { NO_TRACING, type Tracing } from '../telemetry/tracing.js';
 import { AdapterClient } from './adapter-client.js';
 import { loadAdapterTls } from './adapter-tls.js';
+import { Asks } from './ask.js';
 import type { BackoffOptions } from './backoff.js';
 import { AdapterBreaker, type StoredBreaker } from './circuit-breaker.js';
 import { CredentialFiles } from './credential-files.js';
@@ -125,6 +126,9 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     tracing,
   });
   events.on('send:assigned', (channel, seq) => repair.sent(channel, seq));
+  // a reply an ask waits for, brought by an inbox poll, goes to the ask
+  const asks = new Asks({ upstream, repair, outbox, events });
+  repair.claim = (d) => asks.claim(d);
   const gate = new StartGate({
     client,
     // An agent waits on the gate: it probes /health at most GATE_MAX_MS apart (jittered), so an
@@ -174,6 +178,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     breaker,
     gate,
     emergencies,
+    asks,
   });
   const metrics = sidecarMetrics(outbox, breaker, events);
   // The MCP SDK is loaded at the first POST /mcp: a sidecar whose agent uses the HTTP API never

@@ -6,8 +6,8 @@
  * again), and throws a refusal as a GatewayError, the adapter's kept as it answered them.
  *
  * Sends go through the forwarder (breaker, outbox, drain). The inbox, acks, nacks, heartbeat and
- * replay go to the adapter with the agent's token, the inbox through inbox repair. Emergencies
- * go to journald and work with the adapter down.
+ * replay go to the adapter with the agent's token, the inbox through inbox repair. An ask sends,
+ * then waits for the reply (ask.ts). Emergencies go to journald and work with the adapter down.
  */
 import type { Emergencies } from '../journald/emergency.js';
 import {
@@ -23,7 +23,7 @@ import {
 import { parseEnvelope } from '../protocol/envelope.js';
 import { errorFromAnswer, GatewayError } from '../protocol/errors.js';
 import { uuidv7 } from '../protocol/ids.js';
-import { MAX_WAIT_S } from '../protocol/limits.js';
+import { ASK_DEFAULT_TIMEOUT_MS, MAX_WAIT_S } from '../protocol/limits.js';
 import type { Answer } from '../protocol/router.js';
 import type { TraceContext } from '../protocol/trace-context.js';
 import {
@@ -36,6 +36,7 @@ import {
 } from '../telemetry/messaging.js';
 import { NO_TRACING, type Span, type Tracing } from '../telemetry/tracing.js';
 import { type AdapterClient, type AdapterResponse, CallAborted } from './adapter-client.js';
+import type { Asks } from './ask.js';
 import type { AdapterBreaker, Upstream } from './circuit-breaker.js';
 import type { Forwarder } from './forwarder.js';
 import type { StartGate } from './gate.js';
@@ -57,6 +58,8 @@ export interface SidecarServiceOptions {
   readonly breaker: AdapterBreaker;
   readonly gate: StartGate;
   readonly emergencies: Emergencies;
+  /** The asks' waits for their replies (ask.ts). */
+  readonly asks: Asks;
   /** Spans (telemetry/tracing.ts): NO_TRACING unless OTEL_* asks for traces. */
   readonly tracing?: Tracing;
 }
@@ -132,6 +135,36 @@ export class SidecarService implements AgentApi {
     } finally {
       span?.end();
     }
+  }
+
+  /**
+   * POST /v1/ask (CONTRACT.md, "Asking and waiting for the answer"): the envelope sent as send()
+   * sends it, `timeout_ms` aside (not part of the message, so not of its key's identity), then
+   * the wait for its reply (ask.ts): `replied`, or, once the time is up, `timeout` with where the
+   * message is. The same key again sends nothing new (the adapter answers a duplicate) and
+   * waits for the same reply.
+   */
+  async ask(input: Inputs['ask'], opts: CallOptions = {}): Promise<Result<'ask'>> {
+    const { timeout_ms, ...envelope } = input;
+    const deadline = Date.now() + (timeout_ms ?? ASK_DEFAULT_TIMEOUT_MS);
+    const sent = await this.send(envelope, { trace: opts.trace, signal: opts.signal });
+    const value = sent instanceof JsonText ? sent.value() : sent;
+    return this.#o.asks.answer(
+      value,
+      deadline,
+      (id) => this.journey({ message_id: id }),
+      opts.signal,
+    );
+  }
+
+  /** The wait of an ask again, for a message already sent (by message_id, or by its key). */
+  async awaitReply(
+    input: Inputs['awaitReply'],
+    opts: CallOptions = {},
+  ): Promise<Result<'awaitReply'>> {
+    const deadline = Date.now() + (input.timeout_ms ?? ASK_DEFAULT_TIMEOUT_MS);
+    const journey = (id: string) => this.journey({ message_id: id });
+    return this.#o.asks.again(input.message_id, deadline, journey, opts.signal);
   }
 
   /**

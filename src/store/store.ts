@@ -553,6 +553,12 @@ export interface MessageStatus {
   /** The stored message, checksum verified, as readers see it; "null" if it fails its checksum. */
   readonly message: string;
   readonly sender: string;
+  /** A scheduled message not yet sent: when it is due (ISO 8601); it has no recipients' rows. */
+  readonly scheduled_for?: string;
+  /** A scheduled message its sender cancelled: when (ISO 8601). */
+  readonly cancelled_at?: string;
+  /** A scheduled message's recipients to be, for its journey (`scheduled`). */
+  readonly scheduledTo?: readonly string[];
   readonly recipients: readonly {
     readonly agent: string;
     readonly state: DeliveryStateName;

@@ -163,7 +163,10 @@ describe('a sidecar and its MCP endpoint', () => {
     );
   });
 
-  /** The arguments each tool takes, valid; `fetch_inbox` never waits, as above. */
+  /**
+   * The arguments each tool takes, valid; `fetch_inbox` never waits, as above, and an ask waits
+   * its least (1 s: nobody answers).
+   */
   const TOOL_ARGS: Record<string, fc.Arbitrary<Record<string, unknown>>> = {
     send_message: envelope.map(({ idempotency_key: _, ...e }) => ({ payload: {}, ...e })),
     fetch_inbox: fc.record({ wait_seconds: fc.constant(0), max: fc.integer({ min: 1, max: 3 }) }),
@@ -178,7 +181,21 @@ describe('a sidecar and its MCP endpoint', () => {
     whoami: fc.constant({}),
     heartbeat: fc.constant({}),
     raise_emergency: emergency.map(({ reason, message }) => ({ reason, message })),
+    ask: envelope.map(({ idempotency_key: _, ...e }) => ({
+      payload: {},
+      ...e,
+      timeout_seconds: 1,
+    })),
+    await_reply: fc.record({
+      message_id: fc.oneof(fc.constant('0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11'), protoName),
+      timeout_seconds: fc.constant(1),
+    }),
   };
+  /** Waits that a mutation made longer, made their least again. */
+  const least = (body: string) =>
+    body
+      .replace(/"wait_seconds":\s*(\d+)/g, '"wait_seconds":0')
+      .replace(/"timeout_seconds":\s*-?\d[\d.eE+-]*/g, '"timeout_seconds":1');
 
   it('answers raw JSON-RPC frames at /mcp without a 5xx or an internal error', {
     timeout: 60_000,
@@ -198,7 +215,7 @@ describe('a sidecar and its MCP endpoint', () => {
     await fc.assert(
       fc.asyncProperty(bodies(call), async (body) => {
         // the inbox never waits, whatever the mutation made of its wait
-        const raw = body.replace(/"wait_seconds":\s*(\d+)/g, '"wait_seconds":0');
+        const raw = least(body);
         const res = await post(pm.url, '/mcp', raw, {
           accept: 'application/json, text/event-stream',
         });
@@ -238,7 +255,12 @@ describe('a sidecar and its MCP endpoint', () => {
           )
           .map((args) => ({
             name,
-            args: name === 'fetch_inbox' ? { ...args, wait_seconds: 0 } : args,
+            args:
+              name === 'fetch_inbox'
+                ? { ...args, wait_seconds: 0 }
+                : name === 'ask' || name === 'await_reply'
+                  ? { ...args, timeout_seconds: 1 }
+                  : args,
           })),
       ),
     );

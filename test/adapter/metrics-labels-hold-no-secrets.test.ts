@@ -177,6 +177,7 @@ it('after traffic, no label value or line of /metrics holds a message id, key, p
     'evicted',
     'queue_full',
     'integrity',
+    'expired',
   ]);
   const agents = new Set<string>(AGENTS);
   for (const [metric, label, value] of labels) {

@@ -11,7 +11,7 @@ import type { Json } from './http.js';
 export const CONTRACT_TOOLS: Record<string, { required: string[]; optional: string[] }> = {
   send_message: {
     required: ['to', 'kind', 'payload'],
-    optional: ['priority', 'reply_to', 'idempotency_key'],
+    optional: ['priority', 'reply_to', 'idempotency_key', 'deliver_at', 'ttl_ms', 'expires_at'],
   },
   fetch_inbox: { required: [], optional: ['wait_seconds', 'max'] },
   ack: { required: ['delivery_ids'], optional: [] },
@@ -23,6 +23,11 @@ export const CONTRACT_TOOLS: Record<string, { required: string[]; optional: stri
   heartbeat: { required: [], optional: [] },
   explain_message: { required: ['id'], optional: [] },
   raise_emergency: { required: ['reason', 'message'], optional: [] },
+  ask: {
+    required: ['to', 'kind', 'payload'],
+    optional: ['priority', 'reply_to', 'timeout_seconds'],
+  },
+  await_reply: { required: ['message_id'], optional: ['timeout_seconds'] },
 };
 
 export interface McpSession {
@@ -106,6 +111,8 @@ export const ANNOTATIONS: Record<
   heartbeat: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
   explain_message: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
   raise_emergency: { readOnlyHint: false, destructiveHint: true, idempotentHint: false },
+  ask: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
+  await_reply: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
 };
 
 export async function expectAnnotations(client: Client): Promise<void> {

@@ -74,6 +74,20 @@ it('every declared operation answers what its schema says, through requests rend
   ]);
   const journey = await checked(pmc, 'journey', { message_id: sent.message_id });
   expect(journey).toMatchObject({ recipients: [{ agent: 'qa', cause: 'acked' }] });
+  // an ask: qa answers it in its thread while pm waits; then the wait again finds it acked
+  const asking = checked(pmc, 'ask', { to: '@qa', kind: 'status', timeout_ms: 30_000 });
+  const [question] = (await qac.call('inbox', { wait: 10 })).deliveries;
+  await qac.call('ack', { delivery_ids: [question!.delivery_id] });
+  await qac.call('send', { to: '@pm', kind: 'status', reply_to: question!.message.message_id });
+  const asked = await asking;
+  if (asked.status !== 'replied') throw new Error(`not replied: ${JSON.stringify(asked)}`);
+  expect(asked.reply).toMatchObject({ state: 'leased', message: { sender: 'qa' } });
+  await pmc.call('ack', { delivery_ids: [asked.reply.delivery_id] });
+  const waited = await checked(pmc, 'awaitReply', {
+    message_id: question!.message.message_id,
+    timeout_ms: 1000,
+  });
+  expect(waited).toMatchObject({ status: 'replied', reply: { state: 'acked' } });
   await checked(qac, 'me', {});
   await checked(qac, 'heartbeat', {});
   const page = await checked(qac, 'readChannel', { channel: 'product', after: 0, limit: 10 });

@@ -181,6 +181,8 @@ interface MessageRow {
   size: number;
   thread_id: string | null;
   hop: number;
+  /** The message it answers (an ask finds its reply by it), null: none. */
+  reply_to_id: string | null;
 }
 
 async function copyMessages(source: Database.Database, client: pg.Client): Promise<number> {
@@ -188,16 +190,16 @@ async function copyMessages(source: Database.Database, client: pg.Client): Promi
   for (const rows of batches<MessageRow>(
     source,
     `SELECT id, message_id, channel, seq, sender, idempotency_key, fingerprint, kind, priority,
-            received_at, body, checksum, size, thread_id, hop
+            received_at, body, checksum, size, thread_id, hop, reply_to_id
      FROM messages WHERE id > ? ORDER BY id LIMIT ?`,
     (r) => r.body.length,
   )) {
     await client.query(
       `INSERT INTO messages (id, message_id, channel, seq, sender, idempotency_key, fingerprint,
-         kind, priority, received_at, body, checksum, size, thread_id, hop)
+         kind, priority, received_at, body, checksum, size, thread_id, hop, reply_to_id)
        SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
          $6::text[], $7::bytea[], $8::text[], $9::smallint[], $10::bigint[], $11::text[],
-         $12::bigint[], $13::bigint[], $14::text[], $15::int[])`,
+         $12::bigint[], $13::bigint[], $14::text[], $15::int[], $16::text[])`,
       [
         column(rows, 'id'),
         column(rows, 'message_id'),
@@ -214,6 +216,7 @@ async function copyMessages(source: Database.Database, client: pg.Client): Promi
         column(rows, 'size'),
         column(rows, 'thread_id'),
         column(rows, 'hop'),
+        column(rows, 'reply_to_id'),
       ],
     );
     n += rows.length;

@@ -705,6 +705,22 @@ export const PG_SQL = {
     DELETE FROM threads WHERE thread_id IN
       (SELECT thread_id FROM threads WHERE last_at < $1 LIMIT $2)`,
 
+  // asking (pg-replies.ts, docs/design/time.md "Asking")
+  /** Who sent the asked message (through the received_at index, as messageById). */
+  messageSender: 'SELECT sender FROM messages WHERE received_at = $1 AND message_id = $2',
+  /** Who scheduled it, while it has not fired. */
+  scheduledSender: 'SELECT sender FROM scheduled WHERE message_id = $1',
+  /**
+   * The reply's first copy held by the asker (its row locked by the group): from
+   * messages_by_reply_to, then deliveries_by_message.
+   */
+  replyCopy: `
+    SELECT d.id, d.message, d.recipient, d.state, d.attempt, d.priority, d.lease_expires_at,
+           d.expires_at, m.kind, m.message_id, m.body, m.checksum
+    FROM messages m JOIN deliveries d ON d.message = m.id
+    WHERE m.reply_to_id = $1 AND d.recipient = $2
+    ORDER BY d.id LIMIT 1`,
+
   // alerts
   takeEvents: `
     DELETE FROM alert_events

@@ -33,6 +33,8 @@ export interface DeliveryRow {
   attempt: number;
   priority: number;
   lease_expires_at?: number | null;
+  /** Its deadline, ms (docs/design/time.md); null or absent: none. */
+  expires_at?: number | null;
   /** Its message's kind and message_id (null: the message is gone), for the alert it raises. */
   kind?: string | null;
   message_id?: string | null;

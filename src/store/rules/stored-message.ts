@@ -20,7 +20,7 @@ export function rejected(error: GatewayError): AppendOutcome {
 export function assignment(
   id: string,
   channel: string,
-  seq: number,
+  seq: number | null,
   at: number,
   d: MessageDraft,
   threadId: string,
@@ -36,7 +36,29 @@ export function assignment(
     priority: d.priority,
     thread_id: threadId,
     hop,
+    ...timeFields(d),
   };
+}
+
+/** A message's times as readers see them: absent when it has none. */
+function timeFields(d: MessageDraft): { scheduled_for?: string; expires_at?: string } {
+  return {
+    ...(d.deliverAt === undefined ? {} : { scheduled_for: new Date(d.deliverAt).toISOString() }),
+    ...(d.expiresAt === undefined ? {} : { expires_at: new Date(d.expiresAt).toISOString() }),
+  };
+}
+
+/**
+ * A deadline already past at receipt: 400 naming the field. Asked after the idempotency key, so
+ * a retry of a stored message is its duplicate even after the deadline.
+ */
+export function pastDeadline(d: MessageDraft): GatewayError | undefined {
+  if (d.expiresAt === undefined || d.expiresAt > d.receivedAt) return undefined;
+  return new GatewayError(
+    'invalid_envelope',
+    `expires_at: ${new Date(d.expiresAt).toISOString()} is already past`,
+    { field: 'expires_at' },
+  );
 }
 
 /**
@@ -62,6 +84,8 @@ export function messageJson(a: Assignment, d: MessageDraft, p: Placement): strin
     // after hop: withThreadFields and sequenceOf read the head before the payload
     traceparent: d.trace?.traceparent,
     tracestate: d.trace?.tracestate,
+    scheduled_for: a.scheduled_for,
+    expires_at: a.expires_at,
   });
   return `${head.slice(0, -1)},"payload":${d.payloadJson}}`;
 }
@@ -98,6 +122,8 @@ export interface DeadLetterRow {
   replay_delivery: number | null;
   priority: number;
   message_id: string;
+  /** The dead copy's deadline, which its replay keeps (null: none). */
+  expires_at?: number | null;
 }
 
 export interface RecipientRow {
@@ -120,7 +146,10 @@ export const STATE_NAME = {
 export interface KeyRow {
   message_id: string;
   channel: string;
-  seq: number;
+  /** Null while it is scheduled. */
+  seq: number | null;
+  /** A scheduled message's deliver_at, ms, until it fires. */
+  deliver_at?: number | null;
   received_at: number;
   fingerprint: Buffer;
   thread_id: string;
@@ -142,9 +171,19 @@ export function repeatOutcome(prior: KeyRow, d: MessageDraft): AppendOutcome {
     );
   }
   const { message_id, channel, seq, received_at, thread_id, hop } = prior;
+  // the times as stored, not as this retry's receipt would make them (ttl_ms counts from it)
+  const times = { deliverAt: prior.deliver_at ?? undefined, expiresAt: undefined };
   return {
     status: 200,
-    assignment: assignment(message_id, channel, seq, received_at, d, thread_id, hop),
+    assignment: assignment(
+      message_id,
+      channel,
+      seq,
+      received_at,
+      { ...d, ...times },
+      thread_id,
+      hop,
+    ),
   };
 }
 

@@ -95,6 +95,15 @@ export interface Held {
   readonly delivery: string;
 }
 
+/** A reply handed to an ask, out of its channel's order. */
+export interface Taken {
+  readonly message_id: string;
+  readonly channel: string;
+  readonly seq: number;
+  /** The adapter's delivery id it was handed with (the latest, if handed again). */
+  readonly delivery: number;
+}
+
 export interface SidecarFileOptions {
   /**
    * A write-behind commit failed (a full disk): its marks stay in memory and go with the next
@@ -118,6 +127,13 @@ export class SidecarFile {
   /** The commit of the marks waiting, due WRITE_BEHIND_MS after the first of them. */
   #behindTimer: NodeJS.Timeout | undefined;
   readonly #onWriteError: (err: unknown) => void;
+  /**
+   * The replies handed to an ask, by message_id (all of them, read at open: an ask's reply is
+   * one message per ask, forgotten with the acks), and by channel and sequence.
+   */
+  readonly #taken = new Map<string, Taken & { readonly at: number }>();
+  readonly #takenSeqs = new Map<string, Set<number>>();
+  readonly #takenByDelivery = new Map<number, string>();
 
   constructor(file: string, opts: SidecarFileOptions = {}) {
     this.#onWriteError = opts.onWriteError ?? (() => {});
@@ -160,7 +176,10 @@ export class SidecarFile {
       hold: p(SIDECAR_SQL.hold),
       heldAll: p<Held>(SIDECAR_SQL.heldAll),
       unhold: p(SIDECAR_SQL.unhold),
+      markTaken: p(SIDECAR_SQL.markTaken),
+      pruneTaken: p(SIDECAR_SQL.pruneTaken),
     };
+    for (const t of p<Taken & { at: number }>(SIDECAR_SQL.takenAll).all()) this.#rememberTaken(t);
   }
 
   // the outbox
@@ -277,9 +296,13 @@ export class SidecarFile {
     this.#inTx(() => {
       for (const [channel, seq] of b.handed) this.#s.setHanded.run(channel, seq);
       for (const [m, at] of b.acked) this.#s.markAcked.run(m, at);
-      if (b.forgetBefore !== undefined) this.#s.pruneAcked.run(b.forgetBefore);
+      if (b.forgetBefore !== undefined) {
+        this.#s.pruneAcked.run(b.forgetBefore);
+        this.#s.pruneTaken.run(b.forgetBefore);
+      }
     });
     this.#behind = newBehind();
+    if (b.forgetBefore !== undefined) this.#forgetTaken(b.forgetBefore);
   }
 
   /**
@@ -298,6 +321,51 @@ export class SidecarFile {
     if (this.#behindTimer !== undefined) return;
     this.#behindTimer = setTimeout(() => this.flushBehind(), WRITE_BEHIND_MS);
     this.#behindTimer.unref(); // close() writes what waits
+  }
+
+  /**
+   * A reply handed to an ask (`delivery`, the adapter's id it came with), committed now: the
+   * ask's answer waits for it. Counts as handed over from now on (isTaken, takenAt).
+   */
+  markTaken(t: Taken, now: number): void {
+    this.#s.markTaken.run(t.message_id, t.channel, t.seq, t.delivery, now);
+    this.#rememberTaken({ ...t, at: this.#taken.get(t.message_id)?.at ?? now });
+  }
+
+  /** Whether the message was handed to an ask (and is not forgotten yet). */
+  isTaken(messageId: string): boolean {
+    return this.#taken.has(messageId);
+  }
+
+  /** Whether number `seq` of `channel` was handed to an ask. */
+  takenAt(channel: string, seq: number): boolean {
+    return this.#takenSeqs.get(channel)?.has(seq) === true;
+  }
+
+  /** The message an ask was handed with this adapter delivery id, if one was. */
+  takenDelivery(deliveryId: number): string | undefined {
+    return this.#takenByDelivery.get(deliveryId);
+  }
+
+  #rememberTaken(t: Taken & { readonly at: number }): void {
+    this.#taken.set(t.message_id, t);
+    this.#takenByDelivery.set(t.delivery, t.message_id);
+    let seqs = this.#takenSeqs.get(t.channel);
+    if (seqs === undefined) {
+      seqs = new Set();
+      this.#takenSeqs.set(t.channel, seqs);
+    }
+    seqs.add(t.seq);
+  }
+
+  /** Forgets, in memory, the replies taken before `before` (the file's went in the commit). */
+  #forgetTaken(before: number): void {
+    for (const [id, t] of this.#taken) {
+      if (t.at >= before) continue;
+      this.#taken.delete(id);
+      this.#takenByDelivery.delete(t.delivery);
+      this.#takenSeqs.get(t.channel)?.delete(t.seq);
+    }
   }
 
   /** Copy `id` (a sidecar delivery id, made positive): its message, and whether it is done. */

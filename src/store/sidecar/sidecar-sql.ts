@@ -71,6 +71,19 @@ export const SIDECAR_MIGRATIONS: readonly string[] = [
   ) WITHOUT ROWID;
   CREATE INDEX held_by_channel ON held (channel, seq);
   `,
+  // 3: replies handed to an ask (docs/design/time.md, "Asking"), out of their channel's order:
+  // they count as handed over, so a gap scan past them does not hand them again, and an ack of
+  // their delivery id is matched to the message also after a restart. Forgotten with the acks.
+  `
+  CREATE TABLE taken (
+    message_id TEXT    PRIMARY KEY,
+    channel    TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    delivery   INTEGER NOT NULL, -- the adapter's delivery id it was handed with
+    taken_at   INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  CREATE INDEX taken_by_time ON taken (taken_at);
+  `,
 ];
 
 export const SIDECAR_SQL = {
@@ -127,4 +140,10 @@ export const SIDECAR_SQL = {
   setState: `
     INSERT INTO state (key, value) VALUES (?, ?)
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+  // replies handed to an ask (v3)
+  takenAll: 'SELECT message_id, channel, seq, delivery, taken_at AS at FROM taken',
+  markTaken: `
+    INSERT INTO taken (message_id, channel, seq, delivery, taken_at) VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (message_id) DO UPDATE SET delivery = excluded.delivery`,
+  pruneTaken: 'DELETE FROM taken WHERE taken_at < ?',
 } as const;

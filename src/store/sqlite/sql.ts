@@ -347,8 +347,8 @@ export const SQL = {
 
   // deliveries
   insertDelivery: `
-    INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
-    VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
+    INSERT INTO deliveries (message, recipient, channel, priority, state, available_at, expires_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`,
   queueDepths: `
     SELECT recipient, count(*) AS depth, sum(priority) AS critical
     FROM deliveries WHERE state IN (0, 1) GROUP BY recipient`,
@@ -378,25 +378,31 @@ export const SQL = {
     FROM (SELECT channel, min(id) AS head FROM deliveries
           WHERE recipient = @agent AND state IN (0, 1) GROUP BY channel) h
     JOIN deliveries d ON d.id = h.head
-    WHERE d.state = 0 AND d.available_at <= @now
+    WHERE d.state = 0 AND d.available_at <= @now AND (d.expires_at IS NULL OR d.expires_at > @now)
     ORDER BY critical DESC, h.head`,
   // One lane from its head on, in order: served up to the first that is not ready.
   lane: `
-    SELECT id, message, state, available_at FROM deliveries
+    SELECT id, message, state, available_at, expires_at FROM deliveries
     WHERE recipient = ? AND channel = ? AND state IN (0, 1) AND id >= ? ORDER BY id LIMIT ?`,
   lease: `
     UPDATE deliveries SET state = 1, attempt = attempt + 1, lease_expires_at = ?
     WHERE id = ? RETURNING attempt, message, recipient`,
   delivery: `
-    SELECT id, message, recipient, state, attempt, priority, lease_expires_at
+    SELECT id, message, recipient, state, attempt, priority, lease_expires_at, expires_at
     FROM deliveries WHERE id = ?`,
   extendLease: 'UPDATE deliveries SET lease_expires_at = ? WHERE id = ?',
   setState: 'UPDATE deliveries SET state = ?, lease_expires_at = NULL WHERE id = ?',
   retryLater: `
     UPDATE deliveries SET state = 0, available_at = ?, lease_expires_at = NULL WHERE id = ?`,
   expiredLeases: `
-    SELECT id, message, recipient, state, attempt, priority FROM deliveries
+    SELECT id, message, recipient, state, attempt, priority, expires_at FROM deliveries
     WHERE state = 1 AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`,
+  // pending copies past their deadline (deliveries_expiring), and the next deadline
+  expiredPending: `
+    SELECT id, message, recipient, state, attempt, priority, expires_at FROM deliveries
+    WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?`,
+  nextExpiry: `
+    SELECT min(expires_at) FROM deliveries WHERE state = 0 AND expires_at IS NOT NULL`,
   nextLeaseExpiry: 'SELECT min(lease_expires_at) FROM deliveries WHERE state = 1',
   // a pending row waits only for a retry, after a hand-out (attempt > 0): deliveries_retrying
   nextAvailable: `
@@ -408,8 +414,9 @@ export const SQL = {
     VALUES (?, ?, ?, ?, ?, ?, ?)`,
   deadLetter: `
     SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
-           m.channel
-    FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = ?`,
+           m.channel, d.expires_at
+    FROM dead_letters dl JOIN messages m ON m.id = dl.message
+    LEFT JOIN deliveries d ON d.id = dl.delivery WHERE dl.id = ?`,
   markReplayed: 'UPDATE dead_letters SET replay_delivery = ? WHERE id = ?',
 
   // operators (docs/design/operators.md)
@@ -546,6 +553,18 @@ export const SQL = {
   pruneThreads: `
     DELETE FROM threads WHERE thread_id IN (SELECT thread_id FROM threads WHERE last_at < ? LIMIT ?)`,
 
+  // asking (sqlite-replies.ts, docs/design/time.md "Asking"): who sent the asked message
+  // (through the received_at index, as messageById), or, not fired yet, the scheduled one; the
+  // reply's first copy held by the asker, from messages_by_reply_to then deliveries_by_message
+  messageSender: 'SELECT sender FROM messages WHERE received_at = ? AND message_id = ?',
+  scheduledSender: 'SELECT sender FROM scheduled WHERE message_id = ?',
+  replyCopy: `
+    SELECT d.id, d.message, d.recipient, d.state, d.attempt, d.priority, d.lease_expires_at,
+           d.expires_at, m.body, m.checksum
+    FROM messages m CROSS JOIN deliveries d
+    WHERE m.reply_to_id = ? AND d.message = m.id AND d.recipient = ?
+    ORDER BY d.id LIMIT 1`,
+
   // alerts
   alertState: 'SELECT * FROM alert_state WHERE recipient = ? AND reason = ?',
   upsertAlert: `
@@ -580,4 +599,28 @@ export const SQL = {
   pageCount: 'PRAGMA page_count',
   freelistCount: 'PRAGMA freelist_count',
   pageSize: 'PRAGMA page_size',
+
+  // scheduled messages (docs/design/time.md): by key, as findByKey answers; written at send;
+  // the due ones in order; the next due; a cancel; cancelled ones pruned with their age
+  findScheduledByKey: `
+    SELECT message_id, channel, NULL AS seq, received_at, fingerprint, deliver_at,
+           coalesce(json_extract(draft, '$.threadId'), message_id) AS thread_id,
+           json_extract(draft, '$.hop') AS hop
+    FROM scheduled WHERE sender = ? AND idempotency_key = ?`,
+  insertScheduled: `
+    INSERT INTO scheduled
+      (message_id, sender, idempotency_key, fingerprint, channel, received_at, deliver_at, draft)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+  dueScheduled: `
+    SELECT id, message_id, sender, idempotency_key, fingerprint, channel, received_at,
+           deliver_at, draft
+    FROM scheduled WHERE cancelled_at IS NULL AND deliver_at <= ? ORDER BY deliver_at, id LIMIT ?`,
+  deleteScheduled: 'DELETE FROM scheduled WHERE id = ?',
+  nextScheduled: 'SELECT min(deliver_at) FROM scheduled WHERE cancelled_at IS NULL',
+  scheduledById: `
+    SELECT id, message_id, sender, idempotency_key, fingerprint, channel, received_at,
+           deliver_at, cancelled_at, draft
+    FROM scheduled WHERE message_id = ?`,
+  cancelScheduled: 'UPDATE scheduled SET cancelled_at = ? WHERE id = ? AND cancelled_at IS NULL',
+  pruneScheduled: 'DELETE FROM scheduled WHERE cancelled_at IS NOT NULL AND received_at < ?',
 } as const;

@@ -37,6 +37,7 @@ interface NewCopy {
   readonly priority: number;
   readonly now: number;
   readonly redrivenFrom: RedriveDetail | undefined;
+  readonly expiresAt: number | null;
 }
 
 export class Deliveries {
@@ -66,14 +67,20 @@ export class Deliveries {
       oldestNormalOf: p<Row>(SQL.oldestNormalPendingOf),
       holdings: p<Holding>(SQL.queueHoldings),
       readyLanes: p<{ channel: string; head: number }>(SQL.readyLanes),
-      lane: p<{ id: number; message: number; state: DeliveryState; available_at: number }>(
-        SQL.lane,
-      ),
+      lane: p<{
+        id: number;
+        message: number;
+        state: DeliveryState;
+        available_at: number;
+        expires_at: number | null;
+      }>(SQL.lane),
       lease: p<{ attempt: number; message: number; recipient: string }>(SQL.lease),
       delivery: p<Row>(SQL.delivery),
       setState: p(SQL.setState),
       retryLater: p(SQL.retryLater),
       expired: p<Row>(SQL.expiredLeases),
+      expiredPending: p<Row>(SQL.expiredPending),
+      nextExpiry: p<number | null>(SQL.nextExpiry).pluck(),
       nextLease: p<number | null>(SQL.nextLeaseExpiry).pluck(),
       nextAvailable: p<number | null>(SQL.nextAvailable).pluck(),
       kind: p<{ kind: string; message_id: string }>(SQL.messageKind),
@@ -119,8 +126,9 @@ export class Deliveries {
     sender: string | undefined,
     quiet = false,
     redrivenFrom?: RedriveDetail,
+    expiresAt: number | null = null,
   ): number {
-    const copy = { message, recipient, channel, priority, now, redrivenFrom };
+    const copy = { message, recipient, channel, priority, now, redrivenFrom, expiresAt };
     const depth = this.depth(recipient);
     const needs = this.#rules.needsHoldings(depth, priority, sender);
     const held = needs ? this.#holdings(recipient) : [];
@@ -158,6 +166,8 @@ export class Deliveries {
       if (out.length >= max) break;
       for (const d of this.#s.lane.all(agent, lane.channel, lane.head, max - out.length)) {
         if (d.state !== DeliveryState.pending || d.available_at > now) break;
+        // past its deadline: the sweep armed for it dead-letters it and releases the lane
+        if (d.expires_at !== null && d.expires_at <= now) break;
         out.push(d);
       }
     }
@@ -249,7 +259,11 @@ export class Deliveries {
       this.#deadLetter(r, 'integrity', now);
   }
 
-  /** Expired leases become failed attempts. */
+  /**
+   * Expired leases become failed attempts (or dead letters `expired`, past their deadline);
+   * pending copies past their deadline become dead letters `expired`, which releases their lanes:
+   * their agents' polls wake.
+   */
   sweep(now: number): void {
     for (;;) {
       const expired = this.#s.expired.all(now, SWEEP_CHUNK);
@@ -259,13 +273,23 @@ export class Deliveries {
       }
       if (expired.length < SWEEP_CHUNK) break;
     }
+    for (;;) {
+      const late = this.#s.expiredPending.all(now, SWEEP_CHUNK);
+      for (const r of late) {
+        this.#deadLetter(r, 'expired', now);
+        this.#fx.woken.add(r.recipient);
+      }
+      if (late.length < SWEEP_CHUNK) break;
+    }
   }
 
   /** The next lease expiry or retry, if any. */
   nextDue(now: number): number | undefined {
-    const times = [this.#s.nextLease.get(), this.#s.nextAvailable.get(now)].filter(
-      (t): t is number => typeof t === 'number',
-    );
+    const times = [
+      this.#s.nextLease.get(),
+      this.#s.nextAvailable.get(now),
+      this.#s.nextExpiry.get(),
+    ].filter((t): t is number => typeof t === 'number');
     return times.length === 0 ? undefined : Math.min(...times);
   }
 
@@ -275,6 +299,12 @@ export class Deliveries {
   }
 
   #failAttempt(r: Row, reason: 'lease_expired' | 'nacked', now: number): void {
+    if (r.expires_at != null && r.expires_at <= now) {
+      // past its deadline: never handed over again, so not retried
+      this.#deadLetter(r, 'expired', now);
+      this.#fx.woken.add(r.recipient);
+      return;
+    }
     const at = this.#rules.retryAt(r.attempt, now);
     if (at === 'dead') {
       this.#deadLetter(r, reason, now);
@@ -295,7 +325,15 @@ export class Deliveries {
 
   /** A new copy's row; a redriven one's journey goes on with it, `redriven` its first event. */
   #insert(c: NewCopy, state: DeliveryState): number {
-    const { id } = this.#s.insert.get(c.message, c.recipient, c.channel, c.priority, state, c.now)!;
+    const { id } = this.#s.insert.get(
+      c.message,
+      c.recipient,
+      c.channel,
+      c.priority,
+      state,
+      c.now,
+      c.expiresAt,
+    )!;
     if (c.redrivenFrom !== undefined) {
       const r = { id, message: c.message, recipient: c.recipient, attempt: 0 };
       this.#event(r, 'redriven', c.now, { ...c.redrivenFrom });

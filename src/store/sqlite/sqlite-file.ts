@@ -62,8 +62,22 @@ function migrate(db: Database.Database, { migrations, program }: OpenOptions): v
   }
   for (let v = current; v < migrations.length; v++) {
     db.transaction(() => {
-      db.exec(migrations[v]!);
+      db.exec(withoutPresentColumns(db, migrations[v]!));
       db.pragma(`user_version = ${v + 1}`);
     })();
   }
+}
+
+const ADD_COLUMN = /ALTER TABLE (\w+) ADD COLUMN (\w+)[^;]*;/g;
+
+/**
+ * A migration without the `ALTER TABLE t ADD COLUMN c` of columns `t` already has: SQLite has
+ * no ADD COLUMN IF NOT EXISTS, and a migration run again over a schema that holds part of it
+ * (a file whose version was set back by hand) must go through, as its CREATE ... IF NOT EXISTS do.
+ */
+function withoutPresentColumns(db: Database.Database, sql: string): string {
+  return sql.replace(ADD_COLUMN, (statement, table: string, column: string) => {
+    const columns = db.prepare<[], { name: string }>(`PRAGMA table_info(${table})`).all();
+    return columns.some((c) => c.name === column) ? '' : statement;
+  });
 }

@@ -1,5 +1,5 @@
 import type Database from 'better-sqlite3';
-import { ADAPTER_SENDER } from '../../protocol/envelope.js';
+import { ADAPTER_SENDER, type Assignment } from '../../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../../protocol/errors.js';
 import { uuidv7, uuidv7Time } from '../../protocol/ids.js';
 import { deliveryJson } from '../../protocol/wire.js';
@@ -22,20 +22,30 @@ import {
   messageStatusOf,
   threadPage,
 } from '../rules/read-views.js';
+import {
+  cancelRefusal,
+  fromScheduled,
+  type ScheduledRow,
+  SWEEP_SCHEDULED,
+  scheduledDraft,
+  scheduledStatus,
+} from '../rules/scheduled.js';
 import { draftSize, searchIndexBytes } from '../rules/storage.js';
 import {
   alertDraft,
+  assignment,
   type BodyRow,
   type ChannelRow,
   type DeadLetterRow,
   type DeadRow,
   type KeyRow,
   newMessage,
+  pastDeadline,
   type RecipientRow,
   rejected,
   repeatOutcome,
 } from '../rules/stored-message.js';
-import { type ThreadRow, withThreadFields } from '../rules/thread-rows.js';
+import { type Placement, type ThreadRow, withThreadFields } from '../rules/thread-rows.js';
 import {
   type AgentState,
   type AppendOutcome,
@@ -71,6 +81,7 @@ import { Alerts } from './sqlite-alerts.js';
 import { Deliveries } from './sqlite-deliveries.js';
 import { openSqlite, type SyncMode, synchronousOf } from './sqlite-file.js';
 import { Operators } from './sqlite-operators.js';
+import { Replies } from './sqlite-replies.js';
 import { Threads } from './sqlite-threads.js';
 import { StorageBudget } from './storage-budget.js';
 
@@ -122,6 +133,7 @@ export class SqliteStore implements Store {
   readonly #deliveries: Deliveries;
   readonly #threads: Threads;
   readonly #ops: Operators;
+  readonly #replies: Replies;
   readonly #budget: StorageBudget;
   readonly #s;
   readonly #tx: (ops: readonly StoreOp[]) => Settled[];
@@ -153,10 +165,23 @@ export class SqliteStore implements Store {
     this.#threads = new Threads(this.#db, budgets, this.#alertsTo, this.#alerts);
     this.#budget = new StorageBudget(this.#db, file, { ...DEFAULT_STORAGE, ...opts.storage });
     this.#ops = new Operators(this.#db);
+    this.#replies = new Replies(this.#db, this.#deliveries, this.#fx, {
+      paused: (agent) => this.#ops.paused(agent) !== undefined,
+      intact: (row, report) => this.#intact(row, report),
+    });
     const p = <T = unknown>(sql: string) => this.#db.prepare<unknown[], T>(sql);
     this.#s = {
       nextSeq: p<number>(SQL.nextSeq).pluck(),
       findByKey: p<KeyRow>(SQL.findByKey),
+      findScheduledByKey: p<KeyRow>(SQL.findScheduledByKey),
+      insertScheduled: p(SQL.insertScheduled),
+      dueScheduled: p<ScheduledRow>(SQL.dueScheduled),
+      deleteScheduled: p(SQL.deleteScheduled),
+      nextScheduled: p<number | null>(SQL.nextScheduled).pluck(),
+      scheduledById: p<ScheduledRow & { cancelled_at: number | null }>(SQL.scheduledById),
+      cancelScheduled: p(SQL.cancelScheduled),
+      pruneScheduled: p(SQL.pruneScheduled),
+      messageSender: p<string>(SQL.messageSender).pluck(),
       insertMessage: p(SQL.insertMessage),
       channelMessages: p<ChannelRow>(SQL.channelMessages),
       channelMessagesIntact: p<ChannelRow>(SQL.channelMessagesIntact),
@@ -294,6 +319,7 @@ export class SqliteStore implements Store {
         return { pending: d.all, critical_pending: d.critical };
       }
       case 'sweep':
+        this.#fireDue(op.now);
         this.#deliveries.sweep(op.now);
         this.#reportFinds(op.now);
         this.#alerts.flushDue(op.now);
@@ -330,12 +356,20 @@ export class SqliteStore implements Store {
         return undefined;
       case 'prune':
         return this.#prune(op.before, op.keep, op.limit);
+      case 'cancel_scheduled':
+        return this.#cancel(op.sender, op.messageId, op.now);
+      case 'take_reply':
+        return this.#replies.take(op.agent, op.messageId, op.now);
     }
   }
 
   #append(d: MessageDraft): AppendOutcome {
-    const prior = this.#s.findByKey.get(d.sender, d.idempotencyKey);
+    const prior =
+      this.#s.findByKey.get(d.sender, d.idempotencyKey) ??
+      this.#s.findScheduledByKey.get(d.sender, d.idempotencyKey);
     if (prior !== undefined) return repeatOutcome(prior, d);
+    const late = pastDeadline(d);
+    if (late !== undefined) return rejected(late);
     // Its thread and hop, and the thread's budgets (sqlite-threads.ts): after the key, so a
     // repeat is a duplicate whatever the budgets say now; before the storage bound and the
     // sequence, so a refusal takes no number and stores nothing.
@@ -350,22 +384,96 @@ export class SqliteStore implements Store {
         return rejected(refused);
       }
     }
+    if (d.deliverAt !== undefined) return this.#schedule(d, placed);
+    this.#threads.record(placed, d.receivedAt);
+    const m = this.#store(uuidv7(d.receivedAt), d, placed, d.receivedAt);
+    return { status: 201, assignment: m.assignment };
+  }
+
+  /**
+   * The message in `messages` with the channel's next sequence, and its copies, made at `now`
+   * (its receipt; for a scheduled message, when it fires).
+   */
+  #store(id: string, d: MessageDraft, placed: Placement, now: number): { assignment: Assignment } {
     const seq = this.#s.nextSeq.get(d.channel);
     if (seq === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
     this.#holdsMessage = true;
     // its size counts what the search index adds (rules/storage.ts, searchIndexBytes)
-    const m = newMessage(uuidv7(d.receivedAt), seq, d, placed, searchIndexBytes(d));
+    const m = newMessage(id, seq, d, placed, searchIndexBytes(d));
     const { lastInsertRowid } = this.#s.insertMessage.run(...m.row);
     this.#searchBehind = true;
-    this.#threads.record(placed, d.receivedAt);
     this.#budget.add(d.sender, m.size);
     const row = Number(lastInsertRowid);
     const quiet = d.sender === ADAPTER_SENDER;
-    const id = m.assignment.message_id;
+    const expires = d.expiresAt ?? null;
     for (const r of d.recipients) {
-      this.#deliveries.enqueue(row, id, r, d.channel, m.priority, d.receivedAt, d.sender, quiet);
+      this.#deliveries.enqueue(
+        row,
+        id,
+        r,
+        d.channel,
+        m.priority,
+        now,
+        d.sender,
+        quiet,
+        undefined,
+        expires,
+      );
     }
-    return { status: 201, assignment: m.assignment };
+    return m;
+  }
+
+  /**
+   * A message to send later (docs/design/time.md): its row in `scheduled`, acknowledged with a
+   * null sequence. Its thread counts it now (budgets are taken at send); it takes its sequence
+   * and makes its copies when the sweep fires it.
+   */
+  #schedule(d: MessageDraft, placed: Placement): AppendOutcome {
+    const id = uuidv7(d.receivedAt);
+    this.#s.insertScheduled.run(
+      id,
+      d.sender,
+      d.idempotencyKey,
+      d.fingerprint,
+      d.channel,
+      d.receivedAt,
+      d.deliverAt,
+      scheduledDraft(d, placed),
+    );
+    this.#threads.record(placed, d.receivedAt);
+    this.#holdsMessage = true;
+    this.#fx.timingChanged = true;
+    const a = assignment(id, d.channel, null, d.receivedAt, d, placed.threadId ?? id, placed.hop);
+    return { status: 201, assignment: a };
+  }
+
+  /** Sends the scheduled messages due by `now`, in (deliver_at, id) order. */
+  #fireDue(now: number): void {
+    for (;;) {
+      const due = this.#s.dueScheduled.all(now, SWEEP_SCHEDULED);
+      for (const r of due) {
+        const { draft, placed } = fromScheduled(r);
+        this.#store(r.message_id, draft, placed, now);
+        this.#s.deleteScheduled.run(r.id);
+      }
+      if (due.length < SWEEP_SCHEDULED) break;
+    }
+  }
+
+  /** DELETE /v1/messages/{id}: a scheduled message of `sender`, before it fires. */
+  #cancel(sender: string, messageId: string, now: number): OpResults['cancel_scheduled'] {
+    const row = this.#s.scheduledById.get(messageId);
+    if (row === undefined) {
+      const at = uuidv7Time(messageId);
+      const owner = at === undefined ? undefined : this.#s.messageSender.get(at, messageId);
+      throw cancelRefusal(owner, sender, messageId);
+    }
+    if (row.sender !== sender) throw cancelRefusal(row.sender, sender, messageId);
+    if (row.cancelled_at === null) {
+      this.#s.cancelScheduled.run(now, row.id);
+      this.#fx.timingChanged = true;
+    }
+    return { cancelled: true };
   }
 
   /**
@@ -480,6 +588,8 @@ export class SqliteStore implements Store {
       undefined,
       false,
       detail,
+      // the message's deadline stays its own: a replay after it expires again at once
+      dl.expires_at ?? null,
     );
     this.#s.markReplayed.run(delivery, id);
     this.#holdsMessage = true;
@@ -492,6 +602,7 @@ export class SqliteStore implements Store {
    */
   #prune(before: number, keep: readonly string[], limit: number): number {
     this.#threads.prune(before, limit);
+    this.#s.pruneScheduled.run(before); // cancelled ones: their keys live as long as a message's
     const rows = this.#s.prunable.all(before, JSON.stringify(keep), limit);
     for (const { id, sender, size } of rows) {
       this.#s.pruneDead.run(id);
@@ -603,7 +714,10 @@ export class SqliteStore implements Store {
   async messageStatus(messageId: string): Promise<MessageStatus | undefined> {
     const at = uuidv7Time(messageId);
     const m = at === undefined ? undefined : this.#s.messageById.get(at, messageId);
-    if (m === undefined) return undefined;
+    if (m === undefined) {
+      const later = this.#s.scheduledById.get(messageId);
+      return later === undefined ? undefined : scheduledStatus(later);
+    }
     // a corrupt message: its recipients' states are still told, never its bytes
     return messageStatusOf(m, this.#s.recipients.all(m.id), (r) => this.#intact(r, true));
   }
@@ -689,7 +803,8 @@ export class SqliteStore implements Store {
   async nextDue(now: number): Promise<number | undefined> {
     // a corrupt row a read found is told by the next sweep: due now
     const finds = this.#corrupt.unreported.size > 0 ? now : undefined;
-    const times = [this.#deliveries.nextDue(now), this.#alerts.nextDue(), finds].filter(
+    const scheduled = this.#s.nextScheduled.get() ?? undefined;
+    const times = [this.#deliveries.nextDue(now), this.#alerts.nextDue(), finds, scheduled].filter(
       (t): t is number => t !== undefined,
     );
     return times.length === 0 ? undefined : Math.min(...times);

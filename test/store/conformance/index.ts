@@ -15,6 +15,7 @@ import { messagesConformance } from './messages.js';
 import { operationsConformance } from './operations.js';
 import { operatorsConformance } from './operators.js';
 import { queuesConformance } from './queues.js';
+import { repliesConformance } from './replies.js';
 
 export type { OpenedStore, StoreFactory } from './harness.js';
 
@@ -26,4 +27,5 @@ export function storeConformance(name: string, factory: StoreFactory): void {
   operationsConformance(name, open);
   journeyConformance(name, open);
   operatorsConformance(name, open);
+  repliesConformance(name, open);
 }
