@@ -506,6 +506,20 @@ describe('migrate-store refuses', () => {
     expect(await rowsIn(url, 'pg_tables')).toBeGreaterThan(0); // the database answers
   });
 
+  it('a file holding a message still to fire or a copy with a deadline (PostgreSQL does not keep time yet)', async () => {
+    const timed = join(dir, 'timed.db');
+    copyFileSync(file, timed);
+    const store = await openStore(timed, OPTIONS);
+    try {
+      await send(store, { ...draft({ channel: '@qa', sender: 'pm' }), deliverAt: T0 + 60_000 });
+    } finally {
+      await store.close();
+    }
+    const url = await freshDatabase();
+    expectRefusal(await migrate(timed, url), 2, '1 scheduled message(s) still to send');
+    expect(await rowsIn(url, 'messages')).toBe(0);
+  });
+
   it('a file that is no adapter store', async () => {
     const url = await freshDatabase();
     const other = join(dir, 'other.db');
