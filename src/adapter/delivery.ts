@@ -233,11 +233,12 @@ export class DeliveryService {
     });
   }
 
-  /** The agent is still working: each lease now ends extendMs from now. */
   /** DELETE /v1/messages/{id}: the sender's scheduled message, before it fires. */
   async cancelScheduled(agent: string, messageId: string): Promise<void> {
     await this.#commits.run({ op: 'cancel_scheduled', sender: agent, messageId, now: this.#now() });
   }
+
+  /** The agent is still working: each lease now ends extendMs from now. */
 
   async extend(agent: string, e: LeaseExtension) {
     this.stalls?.active(agent);

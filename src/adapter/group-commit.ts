@@ -94,7 +94,11 @@ export class GroupCommit {
     }
     return new Promise<OpResult<O>>((resolve, reject) => {
       const p = { op, resolve: resolve as (v: unknown) => void, reject };
-      if (op.op === 'lease') this.#late.push(abandoned === undefined ? p : { ...p, abandoned });
+      // leases and an ask's take of its reply run last in their group, after its appends: a
+      // take that ran before the append of its reply in the same group would find nothing, and
+      // the wake after the commit would come before it parked (a reply missed until its wait ends)
+      if (op.op === 'lease' || op.op === 'take_reply')
+        this.#late.push(abandoned === undefined ? p : { ...p, abandoned });
       else this.#early.push(p);
       this.#pending += weight;
       if (!this.#scheduled) {

@@ -9,6 +9,7 @@
 import { afterEach, expect, it } from 'vitest';
 import { GatewayClient, GatewayClientError } from '../../src/client/index.js';
 import {
+  type Delivery,
   type Inputs,
   OPERATION_LIST,
   type OperationName,
@@ -24,7 +25,9 @@ afterEach(async () => {
   for (const stop of stops.splice(0).reverse()) await stop();
 });
 
-it('every declared operation answers what its schema says, through requests rendered from the declaration', async () => {
+it('every declared operation answers what its schema says, through requests rendered from the declaration', {
+  timeout: 90_000,
+}, async () => {
   const adapter = await startTestAdapter();
   stops.push(adapter.stop);
   const pm = await startTestSidecar('pm', adapter.url);
@@ -76,7 +79,12 @@ it('every declared operation answers what its schema says, through requests rend
   expect(journey).toMatchObject({ recipients: [{ agent: 'qa', cause: 'acked' }] });
   // an ask: qa answers it in its thread while pm waits; then the wait again finds it acked
   const asking = checked(pmc, 'ask', { to: '@qa', kind: 'status', timeout_ms: 30_000 });
-  const [question] = (await qac.call('inbox', { wait: 10 })).deliveries;
+  // polled in short waits until it is there: a poll parked just as the ask's message commits
+  // can miss its wake and wait out its whole wait (the parking race issue 36 names; seen here in
+  // about half the runs on a loaded machine with one poll of 10 s). This test is about schemas.
+  let question: Delivery | undefined;
+  for (let i = 0; i < 60 && question === undefined; i++)
+    [question] = (await qac.call('inbox', { wait: 1 })).deliveries;
   await qac.call('ack', { delivery_ids: [question!.delivery_id] });
   await qac.call('send', { to: '@pm', kind: 'status', reply_to: question!.message.message_id });
   const asked = await asking;
