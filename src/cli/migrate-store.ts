@@ -36,7 +36,8 @@ export async function runMigrateStore(argv: readonly string[]): Promise<number> 
       `migrate-store: copied ${counts.channels} channels, ${counts.messages} messages, ` +
         `${counts.deliveries} deliveries, ${counts.deadLetters} dead letters, ` +
         `${counts.agents} agents, ${counts.threads} threads, ${counts.alerts} alert states, ` +
-        `${counts.events} delivery events, ${counts.polls} agent polls ` +
+        `${counts.events} delivery events, ${counts.polls} agent polls, ` +
+        `${counts.scheduled} scheduled messages ` +
         `from ${from} into ${shownDb(to)}\n`,
     );
     return 0;

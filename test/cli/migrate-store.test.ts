@@ -288,6 +288,7 @@ const TABLES: Record<string, string> = {
   agent_pauses: 'id',
   redrives: 'id',
   audit_log: 'seq',
+  scheduled: 'id',
 };
 
 function sqliteTables(path: string): Record<string, unknown[]> {
@@ -368,7 +369,8 @@ describe('migrate-store', () => {
       `migrate-store: copied ${rows.channels} channels, ${rows.messages} messages, ` +
         `${rows.deliveries} deliveries, ${rows.dead_letters} dead letters, 6 agents, ` +
         `${rows.threads} threads, ${rows.alert_state} alert states, ` +
-        `${rows.delivery_events} delivery events, ${rows.agent_polls} agent polls from ${file} into ` +
+        `${rows.delivery_events} delivery events, ${rows.agent_polls} agent polls, ` +
+        `0 scheduled messages from ${file} into ` +
         `${url.replace(/:[^:@/]+@/, ':***@')}`,
     ]);
     pgStore = await openStore(url, OPTIONS);
@@ -482,7 +484,8 @@ describe('migrate-store', () => {
 });
 
 describe('migrate-store refuses', () => {
-  it('bad arguments, with exit 2 and one line', async () => {
+  // five child processes one after another: a loaded machine takes seconds to start each
+  it('bad arguments, with exit 2 and one line', { timeout: 60_000 }, async () => {
     const url = 'postgresql://postgres@127.0.0.1:5432/postgres';
     expectRefusal(await runCli(['migrate-store', '--from', file]), 2, '--to is required');
     expectRefusal(await runCli(['migrate-store', '--to', url]), 2, '--from is required');
@@ -506,25 +509,63 @@ describe('migrate-store refuses', () => {
     expect(await rowsIn(url, 'pg_tables')).toBeGreaterThan(0); // the database answers
   });
 
-  it('a file holding a message still to fire or a copy with a deadline (PostgreSQL does not keep time yet)', async () => {
-    const timed = join(dir, 'timed.db');
-    copyFileSync(file, timed);
-    const store = await openStore(timed, OPTIONS);
-    try {
-      await send(store, { ...draft({ channel: '@qa', sender: 'pm' }), deliverAt: T0 + 60_000 });
-    } finally {
-      await store.close();
-    }
-    const url = await freshDatabase();
-    expectRefusal(await migrate(timed, url), 2, '1 scheduled message(s) still to send');
-    expect(await rowsIn(url, 'messages')).toBe(0);
-  });
-
   it('a file that is no adapter store', async () => {
     const url = await freshDatabase();
     const other = join(dir, 'other.db');
     new Database(other).exec('CREATE TABLE t (x)').close();
     expectRefusal(await migrate(other, url), 2, "is not an adapter's store");
+  });
+});
+
+describe('migrate-store carries time', () => {
+  it("copies scheduled messages (to fire and cancelled) and copies' deadlines: PostgreSQL fires the one once, keeps the other's key, expires the copy", async () => {
+    const timed = join(dir, 'timed.db');
+    copyFileSync(file, timed);
+    const T1 = T0 + 100_000;
+    const store = await openStore(timed, OPTIONS);
+    const gone = draft({ channel: '@qa', sender: 'pm', at: T1 });
+    let later = '';
+    let expiring = '';
+    let lastQa = 0;
+    try {
+      [later = ''] = (
+        await send(store, {
+          ...draft({ channel: '@qa', sender: 'pm', at: T1 }),
+          deliverAt: T1 + 60_000,
+        })
+      ).map((a) => a.message_id);
+      const [g] = await send(store, { ...gone, deliverAt: T1 + 60_000 });
+      await one(store, { op: 'cancel_scheduled', sender: 'pm', messageId: g!.message_id, now: T1 });
+      [expiring = ''] = (
+        await send(store, {
+          ...draft({ channel: '@pm', sender: 'qa', at: T1 }),
+          expiresAt: T1 + 30_000,
+        })
+      ).map((a) => a.message_id);
+      lastQa = (await store.lastSequences())['@qa'] ?? 0;
+    } finally {
+      await store.close();
+    }
+    const url = await freshDatabase();
+    const res = await migrate(timed, url);
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stdout).toContain(', 2 scheduled messages ');
+    const pgStore = await openStore(url, OPTIONS);
+    try {
+      expect(await pgStore.isStored('pm', gone.idempotencyKey)).toBe(true);
+      await one(pgStore, { op: 'sweep', now: T1 + 30_000 });
+      expect((await pgStore.messageStatus(expiring))?.recipients).toEqual([
+        { agent: 'pm', state: 'dead_letter', attempts: 0, reason: 'expired' },
+      ]);
+      await one(pgStore, { op: 'sweep', now: T1 + 60_000 });
+      await one(pgStore, { op: 'sweep', now: T1 + 70_000 });
+      const fired = (await pgStore.channelMessages('@qa', lastQa, 100)).map(
+        (j) => JSON.parse(j) as { message_id: string; channel_sequence_id: number },
+      );
+      expect(fired).toMatchObject([{ message_id: later, channel_sequence_id: lastQa + 1 }]);
+    } finally {
+      await pgStore.close();
+    }
   });
 });
 

@@ -292,6 +292,77 @@ describe('PostgreSQL store, two replicas on one database', () => {
     for (const agent of TEAM) expect(await b.depth(agent)).toEqual({ all: 0, critical: 0 });
   });
 
+  it('fires each scheduled message once when both sweep at once, gap-free in its channel; a cancel racing the firing either cancels it or is told it was sent', async () => {
+    const { a, b } = await replicas();
+    const scheduled: string[] = [];
+    for (let i = 0; i < 450; i += 50) {
+      // 450: more than two of a sweep's chunks (SWEEP_SCHEDULED), due in five instants
+      const drafts = Array.from({ length: 50 }, (_, j) =>
+        draft('product', ['qa', 'engineering'], { deliverAt: T0 + 1000 + ((i + j) % 5) }),
+      );
+      for (const o of await append(i % 100 === 0 ? a : b, ...drafts)) {
+        if (o.status !== 201) throw new Error(`not scheduled: ${JSON.stringify(o)}`);
+        expect(o.assignment.channel_sequence_id).toBeNull();
+        scheduled.push(o.assignment.message_id);
+      }
+    }
+    const [now] = await append(a, draft('product', ['qa']));
+    expect(now).toMatchObject({ status: 201, assignment: { channel_sequence_id: 1 } });
+    expect(await a.nextDue(T0)).toBe(T0 + 1000);
+    const sweep: StoreOp = { op: 'sweep', now: T0 + 2000 };
+    const cancels = scheduled.filter((_, i) => i % 23 === 0);
+    const [, , cancelled] = await Promise.all([
+      a.commit([sweep]),
+      b.commit([sweep]),
+      b.commit(
+        cancels.map((messageId) => ({
+          op: 'cancel_scheduled' as const,
+          sender: 'pm',
+          messageId,
+          now: T0 + 2000,
+        })),
+      ),
+    ]);
+    const kept = new Set<string>();
+    for (const [i, r] of cancelled.results.entries()) {
+      if ('ok' in r) kept.add(cancels[i]!);
+      else expect(r.err.code).toBe('already_sent');
+    }
+    const read = (await a.channelMessages('product', 0, 1000)).map(
+      (j) => JSON.parse(j) as { channel_sequence_id: number; message_id: string },
+    );
+    expect(read.map((m) => m.channel_sequence_id)).toEqual(read.map((_, i) => i + 1));
+    const fired = read.slice(1).map((m) => m.message_id);
+    // once each, in (deliver_at, id) order, and every one not cancelled
+    expect(new Set(fired).size).toBe(fired.length);
+    // (the rows' ids follow the order they were scheduled in: the appends ran one by one)
+    const at = (id: string) => scheduled.indexOf(id);
+    const order = [...fired].sort((x, y) => (at(x) % 5) - (at(y) % 5) || at(x) - at(y));
+    expect(fired).toEqual(order);
+    expect(fired.sort()).toEqual(scheduled.filter((id) => !kept.has(id)).sort());
+    expect(await b.depth('engineering')).toEqual({ all: fired.length, critical: 0 });
+    expect(await a.nextDue(T0 + 2000)).toBeUndefined();
+  });
+
+  it('dead-letters each pending copy past its deadline once when both sweep at once, and releases its lane', async () => {
+    const { a, b } = await replicas();
+    for (const agent of TEAM) {
+      await append(a, draft('all', [agent], { expiresAt: T0 + 500 }), draft('all', [agent]));
+    }
+    expect(await a.nextDue(T0)).toBe(T0 + 500);
+    // past the deadline, before the sweep: the head is not handed over, nor what waits behind it
+    expect(await lease(a, 'qa', 10, T0 + 500)).toEqual([]);
+    const sweep: StoreOp = { op: 'sweep', now: T0 + 500 };
+    await Promise.all([a.commit([sweep]), b.commit([sweep])]);
+    expect(a.stats.deadLetters.expired + b.stats.deadLetters.expired).toBe(TEAM.length);
+    const dead = (await b.deadLetters(0, 100)).map((j) => JSON.parse(j) as { reason: string });
+    expect(dead.map((d) => d.reason)).toEqual(TEAM.map(() => 'expired'));
+    for (const agent of TEAM) {
+      const got = await lease(b, agent, 10, T0 + 600);
+      expect(got.map((d) => d.message.channel_sequence_id)).toHaveLength(1);
+    }
+  });
+
   it("tells a message's journey through either: what one wrote the other reads, and either prunes it whole", async () => {
     const { a, b, url } = await replicas();
     const [out] = await append(a, draft('product', ['qa']));

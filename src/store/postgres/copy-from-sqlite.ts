@@ -6,8 +6,9 @@
  * every column and their ids, deliveries in their states, dead letters, agents (last contact,
  * and the queue depths and stored bytes the PostgreSQL schema keeps per agent, counted from the
  * copied rows), threads, the alert aggregation, the journeys' delivery events and last
- * polls, and the operators' rows (pauses, with who is paused now; redrives; the audit log, its
- * hash chain as it is). Then the id sequences are moved past the copied ids. The source is read through its handle only: no SQLite store file is imported.
+ * polls, the operators' rows (pauses, with who is paused now; redrives; the audit log, its
+ * hash chain as it is), and the scheduled messages still to fire or cancelled, with every copy's
+ * deadline (docs/design/time.md). Then the id sequences are moved past the copied ids. The source is read through its handle only: no SQLite store file is imported.
  */
 import type Database from 'better-sqlite3';
 import pg from 'pg';
@@ -32,12 +33,13 @@ export interface CopyCounts {
   pauses: number;
   redrives: number;
   audit: number;
+  scheduled: number;
 }
 
 /** The tables the copy writes, locked against every writer (other adapters) until COMMIT. */
 const TABLES =
   'channels, agents, messages, deliveries, dead_letters, threads, alert_state, delivery_events, ' +
-  'agent_polls, agent_pauses, redrives, audit_log';
+  'agent_polls, agent_pauses, redrives, audit_log, scheduled';
 
 /** Copies `source` into the empty database at `url`; the counts of what was copied. */
 export async function copyFromSqlite(source: Database.Database, url: string): Promise<CopyCounts> {
@@ -58,7 +60,6 @@ export async function copyFromSqlite(source: Database.Database, url: string): Pr
     await client.query("SET LOCAL lock_timeout = '30s'");
     await client.query(`LOCK TABLE ${TABLES} IN EXCLUSIVE MODE`);
     await refuseIfNotEmpty(client);
-    refuseIfTimed(source);
     const counts: CopyCounts = {
       channels: await copyChannels(source, client),
       messages: await copyMessages(source, client),
@@ -70,6 +71,7 @@ export async function copyFromSqlite(source: Database.Database, url: string): Pr
       events: await copyEvents(source, client),
       polls: await copyPolls(source, client),
       ...(await copyOperators(source, client)),
+      scheduled: await copyScheduled(source, client),
     };
     for (const table of [
       'messages',
@@ -77,6 +79,7 @@ export async function copyFromSqlite(source: Database.Database, url: string): Pr
       'dead_letters',
       'delivery_events',
       'agent_pauses',
+      'scheduled',
     ])
       await client.query(
         `SELECT setval(pg_get_serial_sequence('${table}', 'id'), max(id)) FROM ${table}
@@ -103,29 +106,6 @@ async function createSchema(url: string): Promise<void> {
   await store.close();
 }
 
-/**
- * The PostgreSQL store does not keep time in the envelope yet (docs/design/time.md): a file with
- * a message still to fire, or an open copy with a deadline, is refused rather than copied into a
- * store that would send the one at once and never expire the other.
- */
-function refuseIfTimed(source: Database.Database): void {
-  const scheduled = source
-    .prepare<[], number>('SELECT count(*) FROM scheduled WHERE cancelled_at IS NULL')
-    .pluck()
-    .get();
-  const timed = source
-    .prepare<[], number>(
-      'SELECT count(*) FROM deliveries WHERE state IN (0, 1) AND expires_at IS NOT NULL',
-    )
-    .pluck()
-    .get();
-  if ((scheduled ?? 0) > 0 || (timed ?? 0) > 0) {
-    throw new CopyRefusal(
-      `the file holds ${scheduled} scheduled message(s) still to send and ${timed} open copies with a deadline, which the PostgreSQL store does not keep yet; copy it once they have been sent and their deadlines passed (or cancel them)`,
-    );
-  }
-}
-
 async function refuseIfNotEmpty(client: pg.Client): Promise<void> {
   const { rows } = await client.query<{ version: number | null; used: boolean }>(`
     SELECT (SELECT max(version) FROM agw_schema) AS version,
@@ -135,7 +115,7 @@ async function refuseIfNotEmpty(client: pg.Client): Promise<void> {
              -- an operator's acts on an adapter already running on it: ids and the audit
              -- log's chain would collide with the copied ones
              OR EXISTS (SELECT 1 FROM agent_pauses) OR EXISTS (SELECT 1 FROM redrives)
-             OR EXISTS (SELECT 1 FROM audit_log) AS used`);
+             OR EXISTS (SELECT 1 FROM audit_log) OR EXISTS (SELECT 1 FROM scheduled) AS used`);
   const [{ version, used }] = rows as [{ version: number | null; used: boolean }];
   if (version !== PG_MIGRATIONS.length)
     throw new CopyRefusal(
@@ -258,6 +238,7 @@ interface DeliveryRow {
   attempt: number;
   available_at: number;
   lease_expires_at: number | null;
+  expires_at: number | null;
 }
 
 async function copyDeliveries(source: Database.Database, client: pg.Client): Promise<number> {
@@ -265,14 +246,14 @@ async function copyDeliveries(source: Database.Database, client: pg.Client): Pro
   for (const rows of batches<DeliveryRow>(
     source,
     `SELECT id, message, recipient, channel, priority, state, attempt, available_at,
-            lease_expires_at
+            lease_expires_at, expires_at
      FROM deliveries WHERE id > ? ORDER BY id LIMIT ?`,
   )) {
     await client.query(
       `INSERT INTO deliveries (id, message, recipient, channel, priority, state, attempt,
-         available_at, lease_expires_at)
+         available_at, lease_expires_at, expires_at)
        SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::smallint[],
-         $6::smallint[], $7::int[], $8::bigint[], $9::bigint[])`,
+         $6::smallint[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[])`,
       [
         column(rows, 'id'),
         column(rows, 'message'),
@@ -283,6 +264,7 @@ async function copyDeliveries(source: Database.Database, client: pg.Client): Pro
         column(rows, 'attempt'),
         column(rows, 'available_at'),
         column(rows, 'lease_expires_at'),
+        column(rows, 'expires_at'),
       ],
     );
     n += rows.length;
@@ -551,4 +533,33 @@ async function copyOperators(
     audit += rows.length;
   }
   return { pauses: pauses.length, redrives: redrives.length, audit };
+}
+
+/** Scheduled messages as they are: still to fire, or cancelled (their keys stay taken). */
+async function copyScheduled(source: Database.Database, client: pg.Client): Promise<number> {
+  const cols = [
+    ['id', 'bigint'],
+    ['message_id', 'text'],
+    ['sender', 'text'],
+    ['idempotency_key', 'text'],
+    ['fingerprint', 'bytea'],
+    ['channel', 'text'],
+    ['received_at', 'bigint'],
+    ['deliver_at', 'bigint'],
+    ['cancelled_at', 'bigint'],
+    ['draft', 'text'],
+  ] as const;
+  let n = 0;
+  for (const rows of batches<{ id: number } & Record<string, unknown>>(
+    source,
+    `SELECT ${cols.map(([c]) => c).join(', ')} FROM scheduled WHERE id > ? ORDER BY id LIMIT ?`,
+  )) {
+    await client.query(
+      `INSERT INTO scheduled (${cols.map(([c]) => c).join(', ')})
+       SELECT * FROM unnest(${cols.map(([, t], i) => `$${i + 1}::${t}[]`).join(', ')})`,
+      cols.map(([c]) => rows.map((r) => r[c])),
+    );
+    n += rows.length;
+  }
+  return n;
 }

@@ -282,6 +282,17 @@ export class PgDeliveries {
     this.retryLater(tx, retries);
   }
 
+  /**
+   * Pending copies past their deadline (read under their agents' locks): dead letters
+   * `expired`, which releases their lanes; their agents' polls wake.
+   */
+  expirePending(tx: Tx, rows: readonly DeliveryRow[], now: number): void {
+    for (const r of rows) {
+      this.deadLetter(tx, r, 'expired', now);
+      tx.fx.woken.add(r.recipient);
+    }
+  }
+
   /** A delivery whose message failed its checksum: to the dead letters (`integrity`). */
   async quarantine(tx: Tx, id: number, now: number): Promise<void> {
     const [r] = await tx.deliveries([id]);
@@ -291,8 +302,9 @@ export class PgDeliveries {
   }
 
   /**
-   * A failed attempt: dead-lettered after the last, else ready again after its backoff (added
-   * to `retries`, written by retryLater in one statement).
+   * A failed attempt: dead-lettered after the last, or `expired` past its deadline (never
+   * handed over again, so not retried), else ready again after its backoff (added to
+   * `retries`, written by retryLater in one statement).
    */
   failAttempt(
     tx: Tx,
@@ -301,6 +313,11 @@ export class PgDeliveries {
     now: number,
     retries: [number, number][],
   ): void {
+    if (r.expires_at != null && r.expires_at <= now) {
+      this.deadLetter(tx, r, 'expired', now);
+      tx.fx.woken.add(r.recipient);
+      return;
+    }
     const at = this.#rules.retryAt(r.attempt, now);
     if (at === 'dead') {
       this.deadLetter(tx, r, reason, now);

@@ -287,7 +287,7 @@ export const PG_MIGRATIONS: readonly string[] = [
 
 /** Delivery columns most statements read (d), with their message's kind and id (m). */
 const DELIVERY_ROW =
-  'd.id, d.message, d.recipient, d.state, d.attempt, d.priority, d.lease_expires_at, m.kind, m.message_id';
+  'd.id, d.message, d.recipient, d.state, d.attempt, d.priority, d.lease_expires_at, d.expires_at, m.kind, m.message_id';
 
 export const PG_SQL = {
   // schema
@@ -350,14 +350,27 @@ export const PG_SQL = {
    */
   findKeys: `
     SELECT sender, idempotency_key, message_id, channel, seq, received_at, fingerprint,
-           coalesce(thread_id, message_id) AS thread_id, hop
+           coalesce(thread_id, message_id) AS thread_id, hop, NULL::bigint AS deliver_at
     FROM messages
+    WHERE (sender, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+    UNION ALL
+    SELECT sender, idempotency_key, message_id, channel, NULL, received_at, fingerprint,
+           coalesce(draft::jsonb ->> 'threadId', message_id), (draft::jsonb ->> 'hop')::int,
+           deliver_at
+    FROM scheduled
     WHERE (sender, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
-  findByKey: 'SELECT 1 FROM messages WHERE sender = $1 AND idempotency_key = $2',
-  messageIdByKey: 'SELECT message_id FROM messages WHERE sender = $1 AND idempotency_key = $2',
+  /** A key stored, or scheduled (not fired yet, or cancelled): the key is taken either way. */
+  findByKey: `
+    SELECT 1 FROM messages WHERE sender = $1 AND idempotency_key = $2
+    UNION ALL SELECT 1 FROM scheduled WHERE sender = $1 AND idempotency_key = $2 LIMIT 1`,
+  messageIdByKey: `
+    SELECT message_id FROM messages WHERE sender = $1 AND idempotency_key = $2
+    UNION ALL
+    SELECT message_id FROM scheduled WHERE sender = $1 AND idempotency_key = $2 LIMIT 1`,
   /**
    * Messages (in the order given), their deliveries (in the order given: each message's in
-   * recipient order, pending or, for a queue_full copy, dead), and the dead letters of those
+   * recipient order, pending or, for a queue_full copy, dead; made at $19, the message's receipt
+   * or, for a scheduled one, its firing; with the deadline $20), and the dead letters of those
    * copies with their journey's event (an admitted copy has none: its `queued` is the message's
    * commit): one statement for the appends of a group, which answers nothing (it is sent without
    * waiting). The ids are drawn as it runs, in those orders (nextval is evaluated above the
@@ -379,10 +392,11 @@ export const PG_SQL = {
       ORDER BY n
       RETURNING id, message_id, channel, priority, received_at
     ), d AS (
-      INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
-      SELECT m.id, r.recipient, m.channel, m.priority, r.state, m.received_at
-      FROM unnest($16::text[], $17::text[], $18::smallint[])
-        WITH ORDINALITY AS r(message_id, recipient, state, n)
+      INSERT INTO deliveries
+        (message, recipient, channel, priority, state, available_at, expires_at)
+      SELECT m.id, r.recipient, m.channel, m.priority, r.state, r.at, r.expires_at
+      FROM unnest($16::text[], $17::text[], $18::smallint[], $19::bigint[], $20::bigint[])
+        WITH ORDINALITY AS r(message_id, recipient, state, at, expires_at, n)
       JOIN m ON m.message_id = r.message_id
       ORDER BY r.n
       RETURNING id, message, recipient, state, available_at
@@ -398,8 +412,9 @@ export const PG_SQL = {
   /** A replayed copy, and its dead letter if it is dead at once (queue_full). */
   insertDelivery: `
     WITH d AS (
-      INSERT INTO deliveries (message, recipient, channel, priority, state, available_at)
-      VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, message, recipient, state
+      INSERT INTO deliveries
+        (message, recipient, channel, priority, state, available_at, expires_at)
+      VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, message, recipient, state
     ), dl AS (
       INSERT INTO dead_letters (delivery, message, recipient, reason, attempts, created_at)
       SELECT id, message, recipient, 'queue_full', 0, $6 FROM d WHERE state = 3
@@ -457,7 +472,9 @@ export const PG_SQL = {
       (SELECT min(lease_expires_at) FROM deliveries WHERE state = 1),
       (SELECT min(available_at) FROM deliveries WHERE state = 0 AND available_at > $1),
       (SELECT min(last_sent_at) + $2 FROM alert_state WHERE count > 0),
-      (SELECT min(at) FROM alert_events)) AS due`,
+      (SELECT min(at) FROM alert_events),
+      (SELECT min(expires_at) FROM deliveries WHERE state = 0 AND expires_at IS NOT NULL),
+      (SELECT min(deliver_at) FROM scheduled WHERE cancelled_at IS NULL)) AS due`,
 
   // deliveries
   /**
@@ -482,17 +499,17 @@ export const PG_SQL = {
    * Up to $3 deliveries of one agent that may be handed out now ($2), in hand-out order, with
    * their messages: the lanes whose first open delivery is ready, critical lanes first, then
    * by their head (SQLite's readyLanes), each served from its head up to its first delivery
-   * that is leased or waiting for a retry.
+   * that is leased, waiting for a retry or past its deadline (the sweep dead-letters it).
    */
   readyLanes: `
     WITH RECURSIVE h AS (
       -- the head of each lane: one probe of deliveries_lanes per channel, not a scan of the
       -- whole queue
-      (SELECT channel, id, state, available_at FROM deliveries
+      (SELECT channel, id, state, available_at, expires_at FROM deliveries
        WHERE recipient = $1 AND state IN (0, 1) ORDER BY channel, id LIMIT 1)
       UNION ALL
-      SELECT n.channel, n.id, n.state, n.available_at FROM h CROSS JOIN LATERAL (
-        SELECT channel, id, state, available_at FROM deliveries
+      SELECT n.channel, n.id, n.state, n.available_at, n.expires_at FROM h CROSS JOIN LATERAL (
+        SELECT channel, id, state, available_at, expires_at FROM deliveries
         WHERE recipient = $1 AND state IN (0, 1) AND channel > h.channel
         ORDER BY channel, id LIMIT 1) n
     ), r AS (
@@ -500,12 +517,14 @@ export const PG_SQL = {
         EXISTS (SELECT 1 FROM deliveries c WHERE c.recipient = $1 AND c.channel = h.channel
                 AND c.state = 0 AND c.priority = 1) AS critical
       FROM h WHERE h.state = 0 AND h.available_at <= $2
+        AND (h.expires_at IS NULL OR h.expires_at > $2)
     ), l AS (
       SELECT r.critical, r.head, l.id, l.message, l.attempt
       FROM r CROSS JOIN LATERAL (
         SELECT q.id, q.message, q.attempt,
-          bool_and(q.state = 0 AND q.available_at <= $2) OVER (ORDER BY q.id) AS ready
-        FROM (SELECT id, message, attempt, state, available_at FROM deliveries
+          bool_and(q.state = 0 AND q.available_at <= $2
+                   AND (q.expires_at IS NULL OR q.expires_at > $2)) OVER (ORDER BY q.id) AS ready
+        FROM (SELECT id, message, attempt, state, available_at, expires_at FROM deliveries
               WHERE recipient = $1 AND channel = r.channel AND state IN (0, 1) AND id >= r.head
               ORDER BY id LIMIT $3) q) l
       WHERE l.ready
@@ -558,6 +577,16 @@ export const PG_SQL = {
   expiredLeases: `
     SELECT id, recipient FROM deliveries
     WHERE state = 1 AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2`,
+  /** Pending copies past their deadline (deliveries_expiring): candidates, read unlocked. */
+  expiredPending: `
+    SELECT id, recipient FROM deliveries
+    WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2`,
+  /** The candidates again, under their agents' locks: still pending and past their deadline. */
+  expiredPendingLocked: `
+    SELECT ${DELIVERY_ROW} FROM deliveries d LEFT JOIN messages m ON m.id = d.message
+    WHERE d.id = ANY($1::bigint[]) AND d.recipient = ANY($2::text[]) AND d.state = 0
+      AND d.expires_at <= $3
+    ORDER BY d.expires_at, d.id`,
   /** The candidates again, under their agents' locks: still leased and expired. */
   expiredLocked: `
     SELECT ${DELIVERY_ROW} FROM deliveries d LEFT JOIN messages m ON m.id = d.message
@@ -568,10 +597,12 @@ export const PG_SQL = {
     SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
            m.channel, m.kind
     FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = $1`,
+  /** With the dead copy's deadline, which its replay keeps. */
   deadLetterLocked: `
     SELECT dl.id, dl.message, dl.recipient, dl.replay_delivery, m.priority, m.message_id,
-           m.channel, m.kind
-    FROM dead_letters dl JOIN messages m ON m.id = dl.message WHERE dl.id = $1
+           m.channel, m.kind, d.expires_at
+    FROM dead_letters dl JOIN messages m ON m.id = dl.message
+    LEFT JOIN deliveries d ON d.id = dl.delivery WHERE dl.id = $1
     FOR UPDATE OF dl`,
   markReplayed: 'UPDATE dead_letters SET replay_delivery = $1 WHERE id = $2',
 
@@ -721,6 +752,30 @@ export const PG_SQL = {
     WHERE m.reply_to_id = $1 AND d.recipient = $2
     ORDER BY d.id LIMIT 1`,
 
+  // scheduled messages (docs/design/time.md): written at send; the due ones, read unlocked,
+  // then again under their channels' locks (which a cancel takes first too), in firing order;
+  // sent: deleted; a cancel's row, read unlocked to lock its channel, then locked
+  insertScheduled: `
+    INSERT INTO scheduled
+      (message_id, sender, idempotency_key, fingerprint, channel, received_at, deliver_at, draft)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+  dueScheduled: `
+    SELECT id, channel, sender, draft FROM scheduled
+    WHERE cancelled_at IS NULL AND deliver_at <= $1 ORDER BY deliver_at, id LIMIT $2`,
+  dueScheduledLocked: `
+    SELECT id, message_id, sender, idempotency_key, fingerprint, channel, received_at,
+           deliver_at, draft
+    FROM scheduled WHERE id = ANY($1::bigint[]) AND cancelled_at IS NULL AND deliver_at <= $2
+    ORDER BY deliver_at, id FOR UPDATE`,
+  deleteScheduled: 'DELETE FROM scheduled WHERE id = ANY($1::bigint[])',
+  scheduledById: `
+    SELECT id, message_id, sender, idempotency_key, fingerprint, channel, received_at,
+           deliver_at, cancelled_at, draft
+    FROM scheduled WHERE message_id = $1`,
+  scheduledLocked: `
+    SELECT id, sender, cancelled_at FROM scheduled WHERE message_id = $1 FOR UPDATE`,
+  cancelScheduled: 'UPDATE scheduled SET cancelled_at = $1 WHERE id = $2 AND cancelled_at IS NULL',
+
   // alerts
   takeEvents: `
     DELETE FROM alert_events
@@ -754,6 +809,10 @@ export const PG_SQL = {
     SELECT m.id, m.sender, m.size FROM messages m
     WHERE m.id = ANY($1::bigint[])
       AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message = m.id AND d.state IN (0, 1))`,
+  /** Cancelled scheduled messages as old as the messages retention prunes. */
+  pruneScheduled: `
+    DELETE FROM scheduled WHERE id IN
+      (SELECT id FROM scheduled WHERE cancelled_at IS NOT NULL AND received_at < $1 LIMIT $2)`,
   pruneMessages: `
     WITH dl AS (DELETE FROM dead_letters WHERE message = ANY($1::bigint[])),
          e AS (DELETE FROM delivery_events WHERE message = ANY($1::bigint[])),

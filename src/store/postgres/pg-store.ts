@@ -11,7 +11,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { ADAPTER_SENDER } from '../../protocol/envelope.js';
+import { ADAPTER_SENDER, type Assignment } from '../../protocol/envelope.js';
 import { GatewayError, isGatewayError } from '../../protocol/errors.js';
 import { uuidv7, uuidv7Time } from '../../protocol/ids.js';
 import { PAGE_ITEM_OVERHEAD } from '../../protocol/limits.js';
@@ -36,19 +36,29 @@ import {
   messageStatusOf,
   threadPage,
 } from '../rules/read-views.js';
+import {
+  cancelRefusal,
+  fromScheduled,
+  type ScheduledRow,
+  SWEEP_SCHEDULED,
+  scheduledDraft,
+  scheduledStatus,
+} from '../rules/scheduled.js';
 import { draftSize, storageRefusal } from '../rules/storage.js';
 import {
   alertDraft,
+  assignment,
   type BodyRow,
   type ChannelRow,
   type DeadLetterRow,
   type DeadRow,
   newMessage,
+  pastDeadline,
   type RecipientRow,
   rejected,
   repeatOutcome,
 } from '../rules/stored-message.js';
-import { withThreadFields } from '../rules/thread-rows.js';
+import { type Placement, withThreadFields } from '../rules/thread-rows.js';
 import {
   type AgentState,
   type AppendOutcome,
@@ -446,8 +456,20 @@ export class PgStore implements Store {
           : undefined,
       ),
     );
+    // a cancel's scheduled message, read unlocked for its channel: the cancel locks the
+    // channel before the row, as a firing does (#fireDue), so the two never wait in a circle
+    const cancels = await Promise.all(
+      ops.map((op) =>
+        op.op === 'cancel_scheduled'
+          ? tx.one<{ channel: string }>('scheduledById', [op.messageId])
+          : undefined,
+      ),
+    );
     for (const [i, op] of ops.entries()) {
       switch (op.op) {
+        case 'cancel_scheduled':
+          if (cancels[i] !== undefined) channels.add(cancels[i]!.channel);
+          break;
         case 'append':
           appends ||= op.drafts.length > 0;
           for (const d of op.drafts) {
@@ -610,8 +632,7 @@ export class PgStore implements Store {
         tx.raise(op.recipient, op.reason, op.messageId, 0, op.now, op.count);
         return undefined;
       case 'cancel_scheduled':
-        // nothing is ever scheduled here yet (#append refuses deliver_at)
-        throw new GatewayError('not_found', `no scheduled message ${op.messageId}`);
+        return await this.#cancel(tx, op.sender, op.messageId, op.now);
       case 'take_reply':
         return await takeReply(tx, this.#deliveries, op.agent, op.messageId, op.now, (r, report) =>
           this.#intact(r, report),
@@ -627,22 +648,8 @@ export class PgStore implements Store {
     if (!tx.looked(d.sender, d.idempotencyKey)) await tx.loadKeys([[d.sender, d.idempotencyKey]]);
     const k = tx.keys.get(keyOf(d.sender, d.idempotencyKey));
     if (k !== undefined) return repeatOutcome(k, d);
-    // Time in the envelope is kept by the SQLite store first (docs/design/time.md); until this
-    // store keeps it too, a message that asks for it is refused, never sent without it.
-    if (d.deliverAt !== undefined || d.expiresAt !== undefined) {
-      const field = d.deliverAt !== undefined ? 'deliver_at' : 'expires_at';
-      return rejected(
-        new GatewayError(
-          'invalid_request',
-          `${field}: the PostgreSQL store does not keep deliver_at, expires_at or ttl_ms yet; send without them`,
-          { field },
-        ),
-      );
-    }
-    const counter = tx.seqs.get(d.channel);
-    if (counter === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
-    // the next number, taken only once the message is stored (a refusal takes none)
-    const seq = counter.last + 1;
+    const late = pastDeadline(d);
+    if (late !== undefined) return rejected(late);
     const placed = await this.#threads.place(tx, d);
     if (placed instanceof GatewayError) return rejected(placed);
     if (d.sender !== ADAPTER_SENDER) {
@@ -652,19 +659,41 @@ export class PgStore implements Store {
         return rejected(refused);
       }
     }
+    this.#threads.record(tx, placed, d.receivedAt);
+    if (d.deliverAt !== undefined)
+      return { status: 201, assignment: this.#schedule(tx, d, placed) };
+    return {
+      status: 201,
+      assignment: await this.#store(tx, uuidv7(d.receivedAt), d, placed, d.receivedAt),
+    };
+  }
+
+  /**
+   * The message with its channel's next sequence (the channel locked), and its copies made at
+   * `now`: its receipt, or for a scheduled message, when it fires (as sqlite-store.ts #store).
+   */
+  async #store(
+    tx: Tx,
+    id: string,
+    d: MessageDraft,
+    placed: Placement,
+    now: number,
+  ): Promise<Assignment> {
+    const counter = tx.seqs.get(d.channel);
+    if (counter === undefined) throw new Error(`channel ${d.channel} has no sequence counter`);
+    const seq = counter.last + 1;
     tx.wroteMessage = true;
     counter.last = seq;
     counter.moved = true;
-    const m = newMessage(uuidv7(d.receivedAt), seq, d, placed);
+    const m = newMessage(id, seq, d, placed);
     const { assignment: a, size, priority } = m;
-    const id = a.message_id;
     const quiet = d.sender === ADAPTER_SENDER;
     const states: DeliveryState[] = [];
     for (const r of d.recipients) {
-      states.push(await this.#deliveries.admit(tx, r, id, priority, d.receivedAt, d.sender, quiet));
+      states.push(await this.#deliveries.admit(tx, r, id, priority, now, d.sender, quiet));
     }
     // sent with the group's next statement, not waited for
-    tx.insertMessage(m.row, d.recipients, states);
+    tx.insertMessage(m.row, d.recipients, states, now, d.expiresAt ?? null);
     tx.keys.set(keyOf(d.sender, d.idempotencyKey), {
       message_id: id,
       channel: d.channel,
@@ -674,16 +703,79 @@ export class PgStore implements Store {
       thread_id: a.thread_id,
       hop: a.hop,
     });
-    this.#threads.record(tx, placed, d.receivedAt);
     const sender = tx.agent(d.sender);
     sender.bytes = (sender.bytes ?? 0) + size;
     sender.dirty = true;
     tx.addedBytes += size;
     for (const [i, recipient] of d.recipients.entries()) {
       const delivery = { recipient, priority, kind: d.kind, messageId: id };
-      this.#deliveries.settle(tx, delivery, states[i]!, d.receivedAt);
+      this.#deliveries.settle(tx, delivery, states[i]!, now);
     }
-    return { status: 201, assignment: a };
+    return a;
+  }
+
+  /**
+   * A message to send later (docs/design/time.md): its row in `scheduled`, acknowledged with a
+   * null sequence; it takes its sequence and makes its copies when a sweep fires it (#fireDue).
+   */
+  #schedule(tx: Tx, d: MessageDraft, placed: Placement): Assignment {
+    const id = uuidv7(d.receivedAt);
+    tx.write('insertScheduled', [
+      id,
+      d.sender,
+      d.idempotencyKey,
+      d.fingerprint,
+      d.channel,
+      d.receivedAt,
+      d.deliverAt,
+      scheduledDraft(d, placed),
+    ]);
+    tx.wroteMessage = true;
+    tx.fx.timingChanged = true;
+    const a = assignment(id, d.channel, null, d.receivedAt, d, placed.threadId ?? id, placed.hop);
+    tx.keys.set(keyOf(d.sender, d.idempotencyKey), {
+      message_id: id,
+      channel: d.channel,
+      seq: null,
+      deliver_at: d.deliverAt ?? null,
+      received_at: d.receivedAt,
+      fingerprint: d.fingerprint,
+      thread_id: a.thread_id,
+      hop: a.hop,
+    });
+    return a;
+  }
+
+  /**
+   * DELETE /v1/messages/{id}: a scheduled message of `sender`, before it fires. Its channel
+   * is locked (#lockGroup), then its row: a firing takes them in the same order, so the one
+   * that comes second finds what the first did (a row gone: already sent).
+   */
+  async #cancel(
+    tx: Tx,
+    sender: string,
+    messageId: string,
+    now: number,
+  ): Promise<OpResults['cancel_scheduled']> {
+    const row = await tx.one<{ id: number; sender: string; cancelled_at: number | null }>(
+      'scheduledLocked',
+      [messageId],
+    );
+    if (row === undefined) {
+      const at = uuidv7Time(messageId);
+      const m =
+        at === undefined
+          ? undefined
+          : await tx.one<{ sender: string }>('messageSender', [at, messageId]);
+      throw cancelRefusal(m?.sender, sender, messageId);
+    }
+    if (row.sender !== sender) throw cancelRefusal(row.sender, sender, messageId);
+    if (row.cancelled_at === null) {
+      tx.write('cancelScheduled', [now, row.id]);
+      tx.wroteOperatorAct = true; // answered 204: durable, as a message
+      tx.fx.timingChanged = true;
+    }
+    return { cancelled: true };
   }
 
   /**
@@ -806,6 +898,8 @@ export class PgStore implements Store {
       dl.priority,
       state,
       now,
+      // the message's deadline stays its own: a replay after it expires again at once
+      dl.expires_at ?? null,
     ]))!;
     tx.inserted++;
     // the journey goes on with the new copy, `redriven` first (as sqlite/sqlite-deliveries.ts
@@ -828,40 +922,88 @@ export class PgStore implements Store {
   }
 
   /**
-   * Expired leases become failed attempts, in transactions of up to SWEEP_CHUNK: candidates
-   * read unlocked, their agents locked with SKIP LOCKED (another replica sweeping one does
-   * it), each candidate checked again under the lock. Resolves whether it raised alerts.
+   * What fell due, each kind in transactions of its own, in chunks: scheduled messages fire
+   * (#fireDue), expired leases become failed attempts, pending copies past their deadline
+   * become dead letters. Candidates are read unlocked, their agents locked with SKIP LOCKED
+   * (another replica sweeping one does it), each candidate checked again under the lock.
+   * Resolves whether it raised alerts.
    */
   async #sweep(now: number, fx: CommitEffectsLog): Promise<boolean> {
     let raised = false;
     let first = true;
-    for (;;) {
-      let more = false;
-      const tx = await this.#transaction(false, async (tx) => {
-        if (first) await this.#reportFinds(tx, now);
-        const found = await tx.q<{ id: number; recipient: string }>('expiredLeases', [
-          now,
-          SWEEP_CHUNK,
-        ]);
-        if (found.length === 0) return;
-        const locked = await tx.lockAgents(
-          found.map((r) => r.recipient),
-          this.#known,
-          true,
-        );
-        const rows = await tx.q<DeliveryRow>('expiredLocked', [
-          found.map((r) => r.id),
-          locked,
-          now,
-        ]);
-        this.#deliveries.expire(tx, rows, now);
-        more = found.length === SWEEP_CHUNK && rows.length > 0;
-      });
-      first = false;
-      merge(fx, tx);
-      raised ||= tx.events.length > 0;
-      if (!more) return raised;
+    const steps: ((tx: Tx) => Promise<boolean>)[] = [
+      (tx) => this.#fireDue(tx, now),
+      (tx) => this.#expire(tx, now, 'expiredLeases', 'expiredLocked'),
+      (tx) => this.#expire(tx, now, 'expiredPending', 'expiredPendingLocked'),
+    ];
+    for (const step of steps) {
+      for (;;) {
+        let more = false;
+        const tx = await this.#transaction(false, async (tx) => {
+          if (first) await this.#reportFinds(tx, now);
+          more = await step(tx);
+        });
+        first = false;
+        merge(fx, tx);
+        raised ||= tx.events.length > 0;
+        if (!more) break;
+      }
     }
+    return raised;
+  }
+
+  /** One chunk of expired leases or of pending copies past their deadline; whether more wait. */
+  async #expire(
+    tx: Tx,
+    now: number,
+    found: 'expiredLeases' | 'expiredPending',
+    locked: 'expiredLocked' | 'expiredPendingLocked',
+  ): Promise<boolean> {
+    const candidates = await tx.q<{ id: number; recipient: string }>(found, [now, SWEEP_CHUNK]);
+    if (candidates.length === 0) return false;
+    const agents = await tx.lockAgents(
+      candidates.map((r) => r.recipient),
+      this.#known,
+      true,
+    );
+    const rows = await tx.q<DeliveryRow>(locked, [candidates.map((r) => r.id), agents, now]);
+    if (found === 'expiredLeases') this.#deliveries.expire(tx, rows, now);
+    else this.#deliveries.expirePending(tx, rows, now);
+    return candidates.length === SWEEP_CHUNK && rows.length > 0;
+  }
+
+  /**
+   * One chunk of the scheduled messages due by `now`, sent in (deliver_at, id) order, each
+   * with its channel's next sequence (docs/design/time.md). The due rows are read unlocked;
+   * then, in the order every group takes them, their channels and their senders' and
+   * recipients' agents rows are locked, and the rows read again under those locks (FOR UPDATE):
+   * a row another replica fired meanwhile is gone, one a cancel reached first is cancelled, and
+   * a cancel that comes second waits for the channel and finds the row gone. Whether more wait.
+   */
+  async #fireDue(tx: Tx, now: number): Promise<boolean> {
+    const due = await tx.q<{ id: number; channel: string; sender: string; draft: string }>(
+      'dueScheduled',
+      [now, SWEEP_SCHEDULED],
+    );
+    if (due.length === 0) return false;
+    await tx.lockChannels(due.map((r) => r.channel));
+    const agents = new Set<string>();
+    for (const r of due) {
+      agents.add(r.sender);
+      for (const to of (JSON.parse(r.draft) as { recipients: string[] }).recipients) {
+        agents.add(to);
+        tx.toCome.set(to, (tx.toCome.get(to) ?? 0) + 1);
+      }
+    }
+    await tx.lockAgents(agents, this.#known);
+    const rows = await tx.q<ScheduledRow>('dueScheduledLocked', [due.map((r) => r.id), now]);
+    for (const r of rows) {
+      const { draft, placed } = fromScheduled(r);
+      await this.#lockLate(tx, [draft.sender, ...draft.recipients]);
+      await this.#store(tx, r.message_id, draft, placed, now);
+    }
+    if (rows.length > 0) tx.write('deleteScheduled', [rows.map((r) => r.id)]);
+    return due.length === SWEEP_SCHEDULED;
   }
 
   /**
@@ -874,6 +1016,8 @@ export class PgStore implements Store {
     await this.#transaction(false, async (tx) => {
       n = 0;
       this.#threads.prune(tx, before, limit);
+      // cancelled scheduled messages: their keys live as long as a message's
+      tx.write('pruneScheduled', [before, limit]);
       const found = await tx.q<{ id: number; sender: string }>('prunable', [before, keep, limit]);
       if (found.length === 0) return;
       await tx.lockAgents(
@@ -1131,7 +1275,13 @@ export class PgStore implements Store {
     const at = uuidv7Time(messageId);
     if (at === undefined) return undefined;
     const [m] = await this.#read<BodyRow & { sender: string }>('messageById', [at, messageId]);
-    if (m === undefined) return undefined;
+    if (m === undefined) {
+      const [later] = await this.#read<ScheduledRow & { cancelled_at: number | null }>(
+        'scheduledById',
+        [messageId],
+      );
+      return later === undefined ? undefined : scheduledStatus(later);
+    }
     const rows = await this.#read<RecipientRow>('recipients', [m.id]);
     return messageStatusOf(m, rows, (r) => this.#intact(r, true));
   }

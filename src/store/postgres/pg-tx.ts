@@ -220,19 +220,25 @@ export class Tx {
 
   /**
    * A message and its deliveries (in recipient order; a queue_full copy dead at once, with
-   * its dead letter): kept with the ones inserted after it until the next statement, then
-   * sent with them as one (insertMessages).
+   * its dead letter), made at `at` with the deadline `expiresAt`: kept with the ones inserted
+   * after it until the next statement, then sent with them as one (insertMessages).
    */
-  insertMessage(m: MessageRow, recipients: readonly string[], states: readonly number[]): void {
+  insertMessage(
+    m: MessageRow,
+    recipients: readonly string[],
+    states: readonly number[],
+    at: number,
+    expiresAt: number | null,
+  ): void {
     this.#messages.push(m);
     for (const [i, r] of recipients.entries()) {
-      this.#deliveries.push([m[0], r, states[i]!]);
+      this.#deliveries.push([m[0], r, states[i]!, at, expiresAt]);
     }
     this.inserted += recipients.length;
   }
 
   #messages: MessageRow[] = [];
-  #deliveries: [string, string, number][] = [];
+  #deliveries: [string, string, number, number, number | null][] = [];
 
   #insertMessages(): void {
     const m = this.#messages;
@@ -245,6 +251,8 @@ export class Tx {
       d.map((r) => r[0]),
       d.map((r) => r[1]),
       d.map((r) => r[2]),
+      d.map((r) => r[3]),
+      d.map((r) => r[4]),
     ]);
   }
 

@@ -614,12 +614,20 @@ export class SqliteStore implements Store {
     return rows.length;
   }
 
+  /** The message stored under a key, or scheduled under it (not fired yet, or cancelled). */
   async messageIdOf(sender: string, idempotencyKey: string): Promise<string | undefined> {
-    return this.#s.findByKey.get(sender, idempotencyKey)?.message_id;
+    return this.#keyRow(sender, idempotencyKey)?.message_id;
   }
 
   async isStored(sender: string, idempotencyKey: string): Promise<boolean> {
-    return this.#s.findByKey.get(sender, idempotencyKey) !== undefined;
+    return this.#keyRow(sender, idempotencyKey) !== undefined;
+  }
+
+  #keyRow(sender: string, idempotencyKey: string): KeyRow | undefined {
+    return (
+      this.#s.findByKey.get(sender, idempotencyKey) ??
+      this.#s.findScheduledByKey.get(sender, idempotencyKey)
+    );
   }
 
   async ensureChannels(names: Iterable<string>): Promise<void> {

@@ -16,6 +16,7 @@ import { operationsConformance } from './operations.js';
 import { operatorsConformance } from './operators.js';
 import { queuesConformance } from './queues.js';
 import { repliesConformance } from './replies.js';
+import { timeConformance } from './time.js';
 
 export type { OpenedStore, StoreFactory } from './harness.js';
 
@@ -28,4 +29,5 @@ export function storeConformance(name: string, factory: StoreFactory): void {
   journeyConformance(name, open);
   operatorsConformance(name, open);
   repliesConformance(name, open);
+  timeConformance(name, open);
 }
