@@ -30,6 +30,9 @@ import type { AdapterEventMap } from './events.js';
 import type { GroupCommit } from './group-commit.js';
 import { StallWatch } from './stalls.js';
 
+/** The longest delay a Node timer keeps (a longer one fires at once, with a warning). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 interface Waiter {
   /** Ends the wait: false, nothing came (timeout, client gone, stop); true, lease again. */
   readonly wake: (woken: boolean) => void;
@@ -438,16 +441,21 @@ export class DeliveryService {
     const due = next === undefined ? look : look === undefined ? next : Math.min(next, look);
     if (due === undefined || due >= this.#timerAt) return;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#timerAt = due;
-    // +1 ms: fire once the moment has passed, not a hair before it
+    // +1 ms: fire once the moment has passed, not a hair before it. A moment past what a Node
+    // timer can wait (2^31 - 1 ms, 24.8 days: a message scheduled a year ahead) is reached in
+    // steps: the timer fires early and only arms again (Node would fire a longer one at once)
+    const now = this.#now();
+    const far = due - now + 1 > MAX_TIMER_MS;
+    this.#timerAt = far ? now + MAX_TIMER_MS : due;
     this.#timer = setTimeout(
       () => {
         this.#timer = undefined;
         this.#timerAt = Number.POSITIVE_INFINITY;
+        if (far) return this.#arm();
         const work = next !== undefined && next <= this.#now() ? this.#sweep() : this.#look();
         work.catch((err: unknown) => this.#logger.error({ err }, 'delivery sweep failed'));
       },
-      Math.max(0, due - this.#now()) + 1,
+      far ? MAX_TIMER_MS : Math.max(0, due - now) + 1,
     );
   }
 

@@ -5,9 +5,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Store } from '../../src/store/store.js';
 import { startTestAdapter, type TestAdapter } from '../helpers/adapter.js';
 import { call, type Json, pollAs } from '../helpers/http.js';
 import { testDatabase } from '../helpers/pg.js';
+import { until } from '../helpers/wait.js';
 
 let t: TestAdapter | undefined;
 let dropDb: (() => Promise<void>) | undefined;
@@ -23,7 +25,11 @@ let clock = T0;
 
 let engine: 'sqlite' | 'postgresql' = 'sqlite';
 
-async function start(overrides: Record<string, string> = {}): Promise<TestAdapter> {
+/** An adapter on the test's clock (`real`: on the real one, its due timer left to itself). */
+async function start(
+  overrides: Record<string, string> = {},
+  { real = false, wrapStore }: { real?: boolean; wrapStore?: (s: Store) => Store } = {},
+): Promise<TestAdapter> {
   clock = T0;
   const db: Record<string, string> = {};
   if (engine === 'postgresql') {
@@ -31,7 +37,10 @@ async function start(overrides: Record<string, string> = {}): Promise<TestAdapte
     dropDb = pg.drop;
     db.db = pg.url;
   }
-  t = await startTestAdapter({ ...overrides, ...db }, { now: () => clock });
+  t = await startTestAdapter(
+    { ...overrides, ...db },
+    { ...(real ? {} : { now: () => clock }), ...(wrapStore === undefined ? {} : { wrapStore }) },
+  );
   return t;
 }
 
@@ -225,5 +234,50 @@ describe.each(['sqlite', 'postgresql'] as const)('on %s', (store) => {
       channel_sequence_id: null,
       duplicate: true,
     });
+  });
+  it('expires a copy by its own due timer: the lane behind it flows with no sweep run by hand', async () => {
+    await start({}, { real: true });
+    const late = await send('pm', { ttl_ms: 300, payload: { n: 1 } });
+    const behind = await send('pm', { payload: { n: 2 } });
+    expect([late.status, behind.status]).toEqual([201, 201]);
+    // no poll before: the deadline alone must arm the timer, whose sweep dead-letters the head
+    const statusOf = async () =>
+      (await call(t!.url, 'GET', `/v1/messages/${late.body.message_id}`, { agent: 'pm' })).body;
+    await until(
+      async () => (await statusOf()).recipients[0].state === 'dead_letter',
+      'the copy past its deadline dead-lettered by the due timer',
+    );
+    expect((await statusOf()).recipients).toMatchObject([
+      { state: 'dead_letter', reason: 'expired', attempts: 0 },
+    ]);
+    const got = await pollAs(t!.url, 'qa', { wait: 5 });
+    expect(got.map((d) => d.message.message_id)).toEqual([behind.body.message_id]);
+  });
+
+  it('keeps its timer quiet for a message scheduled past what a Node timer can wait (24.8 days)', async () => {
+    let reads = 0;
+    const counting = (s: Store): Store =>
+      new Proxy(s, {
+        get(target, key) {
+          const v = Reflect.get(target, key, target);
+          if (typeof v !== 'function') return v;
+          // the store's methods on the store itself (its private fields are its own)
+          if (key !== 'nextDue') return v.bind(target);
+          return (now: number) => {
+            reads++;
+            return (v as Store['nextDue']).call(target, now);
+          };
+        },
+      });
+    await start({}, { real: true, wrapStore: counting });
+    const far = await send('pm', {
+      deliver_at: new Date(Date.now() + 300 * 86_400_000).toISOString(),
+    });
+    expect(far.status).toBe(201);
+    const before = reads;
+    // a poll that waits out a second: a timer that fired at once would read the next due time
+    // again each millisecond meanwhile (hundreds of reads); an armed one reads it not at all
+    expect(await pollAs(t!.url, 'qa', { wait: 1 })).toEqual([]);
+    expect(reads - before).toBeLessThan(20);
   });
 });

@@ -694,6 +694,8 @@ export class PgStore implements Store {
     }
     // sent with the group's next statement, not waited for
     tx.insertMessage(m.row, d.recipients, states, now, d.expiresAt ?? null);
+    // a deadline is a moment every replica's due timer must know of (docs/design/time.md)
+    if (d.expiresAt !== undefined) tx.fx.timingChanged = true;
     tx.keys.set(keyOf(d.sender, d.idempotencyKey), {
       message_id: id,
       channel: d.channel,
@@ -902,6 +904,7 @@ export class PgStore implements Store {
       dl.expires_at ?? null,
     ]))!;
     tx.inserted++;
+    if (dl.expires_at != null) tx.fx.timingChanged = true;
     // the journey goes on with the new copy, `redriven` first (as sqlite/sqlite-deliveries.ts
     // writes it); a copy a full queue refuses at once then ends with its dead letter's event
     const copy = { id: delivery, message: dl.message, recipient: dl.recipient, attempt: 0 };

@@ -334,6 +334,8 @@ export class Deliveries {
       c.now,
       c.expiresAt,
     )!;
+    // a deadline is a moment the due timer must know of (docs/design/time.md)
+    if (c.expiresAt !== null) this.#fx.timingChanged = true;
     if (c.redrivenFrom !== undefined) {
       const r = { id, message: c.message, recipient: c.recipient, attempt: 0 };
       this.#event(r, 'redriven', c.now, { ...c.redrivenFrom });

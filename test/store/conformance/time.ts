@@ -8,7 +8,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { uuidv7 } from '../../../src/protocol/ids.js';
-import type { AlertPayload, JourneyRows, MessageDraft } from '../../../src/store/store.js';
+import type {
+  AlertPayload,
+  AppendOutcome,
+  JourneyRows,
+  MessageDraft,
+} from '../../../src/store/store.js';
 import {
   ALERTS_CHANNEL,
   type DraftSpec,
@@ -78,7 +83,14 @@ export function timeConformance(name: string, open: Open): void {
   describe(`${name}: deadlines`, () => {
     it('never leases a pending copy past its deadline; the sweep dead-letters it expired, with its alert, and releases the lane', async () => {
       const h = await open({}, ['product']);
-      const [m1] = await h.send(timed({ channel: '@qa', at: T0 }, { expiresAt: T0 + 10_000 }));
+      const sent = await h.run([
+        { op: 'append', drafts: [timed({ channel: '@qa', at: T0 }, { expiresAt: T0 + 10_000 })] },
+      ]);
+      // a deadline is a moment the due timer must know of: it reads nextDue again
+      expect(sent.effects.timingChanged).toBe(true);
+      const m1 = (sent.results[0] as { ok: AppendOutcome[] }).ok.map((o) =>
+        o.status === 'rejected' ? undefined : o.assignment,
+      )[0];
       expect(m1).toMatchObject({ channel_sequence_id: 1, expires_at: iso(T0 + 10_000) });
       const [m2] = await h.send(draft({ channel: '@qa', at: T0 + 1 }));
       const [other] = await h.send(draft({ channel: 'product', to: ['qa'], at: T0 + 2 }));
