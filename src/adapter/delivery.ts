@@ -92,6 +92,13 @@ export class DeliveryService {
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Number.POSITIVE_INFINITY;
   #stopped = false;
+  /**
+   * Wakes told of each agent so far (#wake), and of everyone (#wakeAll): a wait compares them
+   * before it parks with what they were when its lease or take was queued (#wakeMark), so a
+   * wake told between the two (its commit came after the read, before the park) is not lost.
+   */
+  readonly #wakes = new Map<string, number>();
+  #wakesAll = 0;
 
   constructor(opts: DeliveryOptions) {
     this.#store = opts.store;
@@ -170,14 +177,23 @@ export class DeliveryService {
     });
     // a lease still queued when the connection closes is left out of its group: the close
     // may come in the very turn the poll arrived or was woken (GroupCommit.run)
-    const lease = () =>
-      this.#commits.run({ op: 'lease', agent, max, now: this.#now(), maxBytes }, () => gone);
+    let mark = 0;
+    const lease = () => {
+      mark = this.#wakeMark(agent);
+      return this.#commits.run({ op: 'lease', agent, max, now: this.#now(), maxBytes }, () => gone);
+    };
     let leasing = lease();
     for (;;) {
       const got = await leasing;
       if (got.length > 0 || gone || this.#stopped) return got;
       const left = deadline - this.#now();
       if (left <= 0) return [];
+      // a commit that gave this agent deliveries after the lease read, before this turn: its
+      // wake found no poll parked; look again instead of parking past it
+      if (this.#wakeMark(agent) !== mark) {
+        leasing = lease();
+        continue;
+      }
       const parked = await this.#park(this.#waiters, agent, left, closed, lease);
       if (parked === false) return [];
       // woken: lease again; or leased already, in the commit of the message that woke it
@@ -204,13 +220,21 @@ export class DeliveryService {
     closed.then(() => {
       gone = true;
     });
-    const take = () => this.#commits.run({ op: 'take_reply', agent, messageId, now: this.#now() });
+    let mark = 0;
+    const take = () => {
+      mark = this.#wakeMark(agent);
+      return this.#commits.run({ op: 'take_reply', agent, messageId, now: this.#now() });
+    };
     let taking = take();
     for (;;) {
       const got = await taking;
       if (got !== undefined || gone || this.#stopped) return got;
       const left = deadline - this.#now();
       if (left <= 0) return undefined;
+      if (this.#wakeMark(agent) !== mark) {
+        taking = take(); // woken between the take's read and now (as inbox)
+        continue;
+      }
       const parked = await this.#park(this.#replyWaiters, agent, left, closed, take, messageId);
       if (parked === false) return undefined;
       taking = parked === true ? take() : Promise.resolve(parked);
@@ -407,13 +431,20 @@ export class DeliveryService {
    * probes).
    */
   #wake(agent: string): void {
+    this.#wakes.set(agent, (this.#wakes.get(agent) ?? 0) + 1);
     for (const all of [this.#waiters, this.#replyWaiters]) {
       const set = all.get(agent);
       if (set !== undefined) for (const w of [...set]) w.wake(true);
     }
   }
 
+  /** What the wakes told of `agent` add up to now: it moves with each one. */
+  #wakeMark(agent: string): number {
+    return this.#wakesAll + (this.#wakes.get(agent) ?? 0);
+  }
+
   #wakeAll(): void {
+    this.#wakesAll++;
     for (const agent of new Set([...this.#waiters.keys(), ...this.#replyWaiters.keys()]))
       this.#wake(agent);
   }
