@@ -6,17 +6,46 @@
  * Names follow Prometheus' conventions: base units in the name (`_seconds`, `_bytes`), `_total`
  * on counters and only on them, `_timestamp_seconds` for a moment as Unix time.
  */
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import { isGatewayError } from '../protocol/errors.js';
+import { VERSION } from '../protocol/version.js';
 import type { Store } from '../store/store.js';
 import type { GroupCommit } from './group-commit.js';
+import type { BatchResult } from './messages.js';
 import type { StallWatch } from './stalls.js';
 
+/**
+ * prom-client's default gauges whose names end in `_total` (the count of active handles,
+ * requests and resources): only counters may, and the same figures are there by type in
+ * `nodejs_active_handles` and the like, which sum to them.
+ */
+const MISNAMED_DEFAULTS = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+];
+
+let processMetrics: Registry | undefined;
+/**
+ * prom-client's default process and Node metrics (CPU, memory, file descriptors, event-loop lag,
+ * heap, GC), made once per process and shared by every adapter's registry: they describe the
+ * process, and each set made keeps a GC observer and an event-loop monitor for good.
+ */
+function defaultMetrics(): Registry {
+  if (processMetrics !== undefined) return processMetrics;
+  const r = new Registry();
+  collectDefaultMetrics({ register: r });
+  for (const name of MISNAMED_DEFAULTS) r.removeSingleMetric(name);
+  processMetrics = r;
+  return r;
+}
+
 export class AdapterMetrics {
-  readonly registry = new Registry();
+  /** This adapter's metrics, after the process's own (prom-client's defaults). */
+  readonly registry = Registry.merge([defaultMetrics()]);
   readonly #messages = new Counter({
     name: 'agw_messages_total',
-    help: 'Messages answered by the write path, by outcome (created, duplicate, or an error code).',
+    help: 'Messages answered by the write path, by outcome (created, duplicate, or an error code); each message of a batch counts.',
     labelNames: ['outcome'],
     registers: [this.registry],
   });
@@ -49,6 +78,12 @@ export class AdapterMetrics {
     commits.on('commit:error', () => this.#commitErrors.inc());
     const stats = store.stats;
     const registers = [this.registry];
+    new Gauge({
+      name: 'agw_build_info',
+      help: 'The running build: its version (package.json) and the Node.js version; always 1.',
+      labelNames: ['version', 'node'],
+      registers,
+    }).set({ version: VERSION, node: process.version }, 1);
     // Totals since start, kept by the store: counters whose value is read at scrape time.
     // (prom-client's Counter has no set; reset then inc within one synchronous collect is one.)
     const total = (name: string, help: string, read: () => number) =>
@@ -176,15 +211,28 @@ export class AdapterMetrics {
     });
   }
 
-  /** Counts the write path's answer: `outcome` of a success, else the error's code. */
+  /**
+   * Counts the write path's answer, once per message: `outcome` of a success, else the error's
+   * code. A batch's results (an array, one per message) count each message by its own result:
+   * `created` (201), `duplicate` (200) or its error code, whatever `outcome` says; a batch
+   * refused whole (a body that is no batch, a commit that failed) counts once, by its code.
+   */
   async counted<T>(work: Promise<T>, outcome: (r: T) => string): Promise<T> {
     try {
       const r = await work;
-      this.#messages.inc({ outcome: outcome(r) });
+      if (Array.isArray(r))
+        for (const item of r) this.#messages.inc({ outcome: itemOutcome(item) });
+      else this.#messages.inc({ outcome: outcome(r) });
       return r;
     } catch (err) {
       this.#messages.inc({ outcome: isGatewayError(err) ? err.code : 'internal' });
       throw err;
     }
   }
+}
+
+/** One batch item's outcome: its error code, else created or duplicate. */
+function itemOutcome(item: BatchResult): string {
+  if ('error' in item) return item.error;
+  return item.duplicate ? 'duplicate' : 'created';
 }

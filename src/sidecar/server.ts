@@ -27,7 +27,7 @@ import { Forwarder } from './forwarder.js';
 import { StartGate } from './gate.js';
 import { InboxRepair } from './inbox-repair.js';
 import type { McpHandler } from './mcp-endpoint.js';
-import { sidecarMetrics } from './metrics.js';
+import { serveMetrics, sidecarMetrics } from './metrics.js';
 import { Outbox } from './outbox.js';
 import { checkLocalRequest, isLoopbackHost } from './request-checks.js';
 import { sidecarRoutes, type Who } from './routes.js';
@@ -59,6 +59,11 @@ export interface SidecarOptions {
 
 export interface Sidecar {
   readonly url: string;
+  /**
+   * http://host:port of the listener for Prometheus (AGW_METRICS_LISTEN; the real port when
+   * asked for 0), undefined when it is off.
+   */
+  readonly metricsUrl: string | undefined;
   /** Resolves once the adapter's /health has answered 200 (the start gate opened). */
   readonly gateOpen: Promise<void>;
   readonly outbox: Outbox;
@@ -192,9 +197,8 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     );
     return (await endpoint)(req, res, body);
   };
-  const table = new RouteTable<Who, undefined>(
-    sidecarRoutes(service, gate, metrics, settings.adapterUrl, mcp, VERSION),
-  );
+  const routes = sidecarRoutes(service, gate, metrics, settings.adapterUrl, mcp, VERSION);
+  const table = new RouteTable<Who, undefined>(routes);
 
   const guard = (who: Who, req: IncomingMessage): undefined => {
     checkLocalRequest(req, settings.listen.host);
@@ -211,6 +215,14 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     logger,
   });
   const url = http.url;
+  /** What the sidecar opened besides its listeners, closed once they are. */
+  const release = async () => {
+    forwarder.stop();
+    breaker.shutdown();
+    credentials.close();
+    await client.close();
+    file.close();
+  };
   if (!isLoopbackHost(settings.listen.host)) {
     // the request checks still hold (a loopback Host counts only on a loopback connection), but
     // whoever reaches this address may act as the agent: the sidecar takes no token
@@ -219,10 +231,29 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       `AGW_LISTEN ${settings.listen.host}:${settings.listen.port} is not a loopback address: anyone who can reach it can send, poll and ack as ${settings.agentId} (the sidecar takes no token); keep it on 127.0.0.1 unless the network around it is the boundary`,
     );
   }
+  let metricsHttp: HttpShell | undefined;
+  if (settings.metricsListen !== undefined) {
+    const at = settings.metricsListen;
+    try {
+      metricsHttp = await serveMetrics({ listen: at, routes, logger });
+    } catch (err) {
+      // the address is taken or not this host's: nothing has started yet but the agent's port
+      await http.close(0);
+      await release();
+      throw new Error(`AGW_METRICS_LISTEN ${at.host}:${at.port}: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+    logger.info(
+      { metrics: `${metricsHttp.url}/metrics` },
+      `metrics for Prometheus at ${metricsHttp.url}/metrics (AGW_METRICS_LISTEN)`,
+    );
+  }
   gate.start();
 
   return {
     url,
+    metricsUrl: metricsHttp?.url,
     gateOpen: gate.opened,
     outbox,
     events,
@@ -238,11 +269,9 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
         forwarder.kick();
         await forwarder.settled();
       });
-      forwarder.stop();
-      breaker.shutdown();
-      credentials.close();
-      await client.close();
-      file.close();
+      // Prometheus may scrape until the last drain is done: it shows the outbox emptying
+      await metricsHttp?.close(0);
+      await release();
     },
   };
 }

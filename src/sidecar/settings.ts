@@ -9,6 +9,11 @@ import { type AdapterTlsFiles, loadAdapterTls, TlsFileError } from './adapter-tl
 export const SIDECAR_SETTINGS = {
   /** Where the sidecar listens. Default 127.0.0.1:7070: loopback, the pod is the trust boundary. */
   listen: { env: 'AGW_LISTEN', default: '127.0.0.1:7070' },
+  /**
+   * A second listener, for Prometheus, that serves GET /metrics and nothing else (e.g.
+   * 0.0.0.0:9464, the pod's address, where a scraper reaches it). Default none: off.
+   */
+  metricsListen: { env: 'AGW_METRICS_LISTEN' },
   /** The adapter's base URL. Required. */
   adapterUrl: { env: 'AGW_ADAPTER_URL' },
   /** The agent this sidecar speaks for. Required. */
@@ -47,6 +52,7 @@ export const SIDECAR_SETTINGS = {
 export const SidecarSettingsSchema = z
   .strictObject({
     listen: listenSetting,
+    metricsListen: listenSetting.optional(),
     adapterUrl: z
       .string({ error: 'is required: the base URL of the adapter' })
       .regex(/^https?:\/\/[^/]+/, 'must be an http:// or https:// URL'),
@@ -92,6 +98,15 @@ export const SidecarSettingsSchema = z
         code: 'custom',
         path: ['agentToken'],
         message: 'is required (or AGW_AGENT_TOKEN_FILE)',
+      });
+      return z.NEVER;
+    }
+    const m = s.metricsListen;
+    if (m !== undefined && m.port !== 0 && m.host === s.listen.host && m.port === s.listen.port) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['metricsListen'],
+        message: `is AGW_LISTEN's own address: give Prometheus a port of its own, such as ${m.host}:9464`,
       });
       return z.NEVER;
     }

@@ -5,7 +5,8 @@
  * polls, acks, a nack with a note, a dead letter, a bad token), no label value and no line of the
  * scrape holds a message id, idempotency key, payload text, kind or recipient refused, nack note or
  * token; every label is of a closed set (agent ids of the topology, write outcomes and error codes,
- * dead-letter reasons, histogram buckets).
+ * dead-letter reasons, histogram buckets, the build's versions, and the Node names of prom-client's
+ * process metrics: GC kinds, heap spaces, resource types).
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -169,7 +170,7 @@ it('after traffic, no label value or line of /metrics holds a message id, key, p
 
   const labels = labelsOf(text);
   expect(labels.length).toBeGreaterThan(0);
-  const outcomes = new Set<string>(['created', 'duplicate', 'batch', ...Object.keys(ERRORS)]);
+  const outcomes = new Set<string>(['created', 'duplicate', ...Object.keys(ERRORS)]);
   const deadLetterReasons = new Set([
     'lease_expired',
     'nacked',
@@ -180,6 +181,17 @@ it('after traffic, no label value or line of /metrics holds a message id, key, p
     'expired',
   ]);
   const agents = new Set<string>(AGENTS);
+  // agw_build_info's and prom-client's process and Node metrics': versions, and Node's own names
+  const processLabels: Record<string, RegExp> = {
+    version: /^v?\d+\.\d+\.\d+(-[\w.]+)?$/,
+    node: /^v\d+\.\d+\.\d+$/,
+    major: /^\d+$/,
+    minor: /^\d+$/,
+    patch: /^\d+$/,
+    kind: /^(major|minor|incremental|weakcb)$/,
+    space: /^[a-z_]+$/,
+    type: /^[A-Za-z]+$/,
+  };
   for (const [metric, label, value] of labels) {
     const where = `${metric}{${label}="${value}"}`;
     for (const s of secrets) expect(value, where).not.toContain(s);
@@ -187,6 +199,8 @@ it('after traffic, no label value or line of /metrics holds a message id, key, p
     else if (label === 'outcome') expect(outcomes.has(value), where).toBe(true);
     else if (label === 'reason') expect(deadLetterReasons.has(value), where).toBe(true);
     else if (label === 'le') expect(value, where).toMatch(/^(\+Inf|\d+(\.\d+)?(e-?\d+)?)$/);
+    else if (Object.hasOwn(processLabels, label))
+      expect(value, where).toMatch(processLabels[label]!);
     else expect.unreachable(`a label nobody checked: ${where}`);
   }
 });
