@@ -6,6 +6,9 @@
 #   strace       counting fsync calls (test/store/durability.test.ts, bench/path/trip.mjs --fsyncs)
 #   chromium     the console's tests in a real browser (test/console/), driven by playwright-core
 #   postgresql   the PostgreSQL store's tests, against 127.0.0.1:5432 as user postgres (trust)
+#   promtool     Prometheus' checker of both programs' /metrics (test/metrics/): the binary
+#                alone, unpacked from Debian's prometheus package, which installed would run a
+#                Prometheus server
 # With everything there it does nothing but make sure PostgreSQL is up: a cluster that is down
 # is started with pg_ctlcluster, and the script waits (at most 30 s) until pg_isready answers.
 # It installs as root: directly when run as root, else through sudo; without sudo it stops with
@@ -45,6 +48,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "test/setup.sh: installing ${missing[*]} from Debian" >&2
   "${as_root[@]}" apt-get update -qq
   "${as_root[@]}" DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+if ! command -v promtool >/dev/null && command -v apt-get >/dev/null && [ "${#as_root[@]}" -gt 0 ]; then
+  echo "test/setup.sh: installing promtool from Debian's prometheus package" >&2
+  unpack=$(mktemp -d)
+  (cd "$unpack" && "${as_root[@]}" apt-get download -qq prometheus 2>/dev/null ||
+    { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" apt-get download -qq prometheus; })
+  "${as_root[@]}" dpkg-deb -x "$unpack"/prometheus_*.deb "$unpack/x"
+  "${as_root[@]}" install -m 0755 "$unpack/x/usr/bin/promtool" /usr/local/bin/promtool
+  "${as_root[@]}" rm -rf "$unpack"
 fi
 
 if [ "$installed_postgresql" -eq 1 ]; then
