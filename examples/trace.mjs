@@ -77,6 +77,8 @@ const stack = spawn(process.execPath, [join(root, 'examples', 'local-stack.mjs')
     STACK_ADAPTER_PORT: '0',
     STACK_SIDECAR_PORT: '0',
     STACK_DATA: data,
+    // pm and qa are driven here, by hand: the stack's demo agents leave their inboxes alone
+    STACK_HANDS_ON: 'pm,qa',
     OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
     OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
     OTEL_BSP_SCHEDULE_DELAY: '100',

@@ -16,7 +16,21 @@ import { createLogger } from '../log.js';
 import { openStore, shownDb } from '../store/open.js';
 import type { Store } from '../store/store.js';
 import { openTracing } from '../telemetry/tracing.js';
+import type { CommandHelp } from './help.js';
 import { readSettings, SettingsError } from './settings.js';
+
+export const HELP: CommandHelp = {
+  about:
+    'Serves the agents (their sidecars) over HTTP from the topology file (agents, tokens, ' +
+    'channels); SIGTERM or SIGINT stops it, SIGHUP re-reads its credentials and TLS files. ' +
+    'Exit 2 for a bad setting, topology, TLS file or JWKS (one line on stderr); 1 when its ' +
+    'store cannot be opened or fails its integrity check.',
+  settings: ADAPTER_SETTINGS,
+  schema: AdapterSettingsSchema,
+  otherEnv:
+    'OTEL_* (traces, only when set: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...); ' +
+    'POD_NAME and POD_NAMESPACE (on its CRIT entries); NOTIFY_SOCKET (systemd Type=notify).',
+};
 
 export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   const { settings, positionals } = readSettings(

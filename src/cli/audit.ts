@@ -1,19 +1,18 @@
 /**
  * `agent-gateway audit verify [--db FILE|URL]`: checks the audit log's hash chain
- * (docs/reference/cli.md; docs/design/operators.md, "Verification"). `--db` is AGW_DB (default
- * ./data/adapter.db, as the adapter's): a SQLite file, opened read-only, or a postgres:// URL;
- * nothing is migrated or written, so it may run while adapters serve. The chain is walked by
+ * (docs/reference/configuration.md; docs/design/operators.md, "Verification"). `--db` is AGW_DB
+ * (default ./data/adapter.db, as the adapter's): a SQLite file, opened read-only, or a postgres://
+ * URL; nothing is migrated or written, so it may run while adapters serve. The chain is walked by
  * store/rules/audit-chain.ts, page by page. Exit 0: one line, "audit log: N entries, seq A..B,
- * chain intact"; 1: the first break, named by its seq and kind (changed, removed, inserted);
- * 2: a bad flag, or a store that cannot be reached or read (one line on stderr).
+ * chain intact"; 1: the first break, named by its seq and kind (changed, removed, inserted); 2: a
+ * bad flag, or a store that cannot be reached or read (one line on stderr).
  */
 import { z } from 'zod';
 import type { SettingSpec } from '../settings.js';
 import { type AuditSource, AuditSourceError, openAuditSource } from '../store/audit-source.js';
 import { type ChainReport, chainSummary, verifyAuditChain } from '../store/rules/audit-chain.js';
+import { type CommandHelp, usageLine } from './help.js';
 import { readSettings, SettingsError } from './settings.js';
-
-const USAGE = 'usage: agent-gateway audit verify [--db FILE|URL]';
 
 export const AUDIT_SETTINGS = {
   db: { env: 'AGW_DB', default: './data/adapter.db' },
@@ -21,11 +20,22 @@ export const AUDIT_SETTINGS = {
 
 const Schema = z.strictObject({ db: z.string().min(1, 'must not be empty') });
 
+export const HELP: CommandHelp = {
+  subcommand: 'verify',
+  about:
+    'Walks the audit log from its first kept entry, page by page, from a SQLite file (opened ' +
+    'read-only) or a postgres:// URL; nothing is written, so it may run while adapters serve. ' +
+    'Exit 0: one line, the chain intact; 1: the first break, by its seq and kind (changed, ' +
+    'removed, inserted); 2: a bad flag, or a store that cannot be reached or read.',
+  settings: AUDIT_SETTINGS,
+  schema: Schema,
+};
+
 export async function runAudit(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   const { settings, positionals } = readSettings(AUDIT_SETTINGS, Schema, argv, env);
   if (positionals[0] !== 'verify' || positionals.length > 1) {
     const got = positionals.length === 0 ? 'none' : `"${positionals.join(' ')}"`;
-    throw new SettingsError(`give the subcommand verify (got ${got}); ${USAGE}`);
+    throw new SettingsError(`give the subcommand verify (got ${got}); ${usageLine('audit', HELP)}`);
   }
   const say = (line: string) => process.stderr.write(`agent-gateway audit: ${line}\n`);
   let source: AuditSource;

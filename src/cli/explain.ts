@@ -10,6 +10,8 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { type Journey, type RecipientJourney, renderRequest } from '../protocol/agent-api.js';
+import { type ArgSpec, takeArgs } from './args.js';
+import type { CommandHelp } from './help.js';
 import { EXPLAIN_SETTINGS, readSettings, SettingsError } from './settings.js';
 
 const Schema = z.strictObject({
@@ -22,14 +24,27 @@ const Schema = z.strictObject({
   tokenFile: z.string().min(1).optional(),
 });
 
+/** Its flags (arguments, not settings): what it parses, and what --help lists. */
+export const EXPLAIN_ARGS = {
+  json: { flag: '--json', doc: 'print the answer as it came (JSON), not the sentences' },
+} as const satisfies Record<string, ArgSpec>;
+
+export const HELP: CommandHelp = {
+  positionals: 'ID',
+  about:
+    'ID is a message_id, or the idempotency_key of one of your own sends. Asks the sidecar at ' +
+    "--url, or the adapter with the agent's token in --token-file, and prints per recipient " +
+    'the sentence that says where its copy is, then its timeline. Exit 0; 1 for an unknown ' +
+    'message or a refusal; 2 for a bad setting.',
+  args: EXPLAIN_ARGS,
+  settings: EXPLAIN_SETTINGS,
+  schema: Schema,
+};
+
 export async function runExplain(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
-  const json = argv.includes('--json');
-  const { settings, positionals } = readSettings(
-    EXPLAIN_SETTINGS,
-    Schema,
-    argv.filter((a) => a !== '--json'),
-    env,
-  );
+  const { args, rest } = takeArgs(argv, EXPLAIN_ARGS);
+  const json = args.json === true;
+  const { settings, positionals } = readSettings(EXPLAIN_SETTINGS, Schema, rest, env);
   if (positionals.length !== 1) {
     throw new SettingsError('ID: give one message_id (or the idempotency_key of a send of yours)');
   }

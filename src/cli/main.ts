@@ -1,53 +1,112 @@
 #!/usr/bin/env node
 /**
  * The agent-gateway command: one program, a subcommand per role
- * (docs/reference/configuration.md). Each command's module is loaded only when it runs: a
+ * (docs/reference/configuration.md). Each command's module is loaded only when it runs (or its
+ * --help is asked for: rendered from the declarations it parses with, help.ts): a
  * sidecar does not load the adapter's store and metrics, and a probe (`wait-ready`, run by the
  * kubelet every few seconds) loads almost nothing.
  */
 import { SettingsError } from '../settings.js';
+import { type CommandHelp, renderCommands, renderHelp } from './help.js';
 
-const USAGE = `usage: agent-gateway <command> [flags]
+type Run = (argv: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>;
 
-commands:
-  adapter     run the central adapter (AGW_TOPOLOGY or --topology is required)
-  sidecar     run the per-agent gateway sidecar (AGW_ADAPTER_URL, AGW_AGENT_ID, AGW_AGENT_TOKEN)
-  wait-ready  --url URL [--timeout S]: exit 0 once URL answers 2xx, 1 at the timeout
-  emergency   --reason R MESSAGE: one priority=CRIT journald entry, bypassing the adapter
-  watch       [--namespace NS] [--since T] [--forward URL]: follow the gateway's CRIT entries
-  mcp         the MCP tools on stdio, over the local sidecar (AGW_SIDECAR_URL)
-  explain     ID [--url URL] [--token-file F] [--json]: why a message did or did not arrive
-  migrate-store --from FILE --to URL: copy a stopped SQLite adapter's store into PostgreSQL
-  audit       verify [--db FILE|URL]: check the audit log's hash chain (exit 1: broken)
+interface Command {
+  /** One line: the list of commands, and the head of the command's --help. */
+  readonly summary: string;
+  /** Its module, loaded only when it runs or its --help is asked for. */
+  readonly load: () => Promise<{ run: Run; help: CommandHelp }>;
+}
 
-Every setting is an AGW_* variable or the flag spelled from it; see README.md.`;
-
-const COMMANDS: Record<
-  string,
-  (argv: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>
-> = {
-  adapter: async (argv, env) => (await import('./adapter.js')).runAdapter(argv, env),
-  audit: async (argv, env) => (await import('./audit.js')).runAudit(argv, env),
-  emergency: async (argv, env) => (await import('./emergency.js')).runEmergency(argv, env),
-  explain: async (argv, env) => (await import('./explain.js')).runExplain(argv, env),
-  mcp: async (argv, env) => (await import('./mcp.js')).runMcp(argv, env),
-  'migrate-store': async (argv) => (await import('./migrate-store.js')).runMigrateStore(argv),
-  sidecar: async (argv, env) => (await import('./sidecar.js')).runSidecar(argv, env),
-  'wait-ready': async (argv) => (await import('./wait-ready.js')).runWaitReady(argv),
-  watch: async (argv, env) => (await import('./watch.js')).runWatch(argv, env),
+/** Every command, in the order the usage lists them (CONTRACT.md's). */
+const COMMANDS: Record<string, Command> = {
+  adapter: {
+    summary: 'run the central adapter: durable store, routing, delivery',
+    load: async () => {
+      const m = await import('./adapter.js');
+      return { run: m.runAdapter, help: m.HELP };
+    },
+  },
+  sidecar: {
+    summary: "run the per-agent gateway sidecar, on localhost in the agent's pod",
+    load: async () => {
+      const m = await import('./sidecar.js');
+      return { run: m.runSidecar, help: m.HELP };
+    },
+  },
+  'wait-ready': {
+    summary: 'exit 0 once a URL answers 2xx, 1 at a timeout: for init containers and probes',
+    load: async () => {
+      const m = await import('./wait-ready.js');
+      return { run: m.runWaitReady, help: m.HELP };
+    },
+  },
+  emergency: {
+    summary: 'write one priority=CRIT journald entry, bypassing the adapter',
+    load: async () => {
+      const m = await import('./emergency.js');
+      return { run: m.runEmergency, help: m.HELP };
+    },
+  },
+  watch: {
+    summary: "follow journald for the gateway's CRIT entries, one JSON line each",
+    load: async () => {
+      const m = await import('./watch.js');
+      return { run: m.runWatch, help: m.HELP };
+    },
+  },
+  mcp: {
+    summary: "serve the gateway's MCP tools on stdio, over the local sidecar",
+    load: async () => {
+      const m = await import('./mcp.js');
+      return { run: m.runMcp, help: m.HELP };
+    },
+  },
+  explain: {
+    summary: 'say why a message did or did not arrive: its journey, per recipient',
+    load: async () => {
+      const m = await import('./explain.js');
+      return { run: m.runExplain, help: m.HELP };
+    },
+  },
+  'migrate-store': {
+    summary: "copy a stopped SQLite adapter's store into PostgreSQL",
+    load: async () => {
+      const m = await import('./migrate-store.js');
+      return { run: m.runMigrateStore, help: m.HELP };
+    },
+  },
+  audit: {
+    summary: "check the audit log's hash chain (audit verify)",
+    load: async () => {
+      const m = await import('./audit.js');
+      return { run: m.runAudit, help: m.HELP };
+    },
+  },
 };
 
+const USAGE = renderCommands(COMMANDS);
+const isHelp = (arg: string | undefined) => arg === '--help' || arg === '-h';
+
 async function main(argv: readonly string[]): Promise<number> {
-  const [command, ...rest] = argv;
-  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
-    process.stdout.write(`${USAGE}\n`);
+  let [command, ...rest] = argv;
+  // `agent-gateway help watch` is `agent-gateway watch --help`
+  if (command === 'help' && rest.length > 0) [command, rest] = [rest[0], ['--help']];
+  if (command === undefined || isHelp(command) || command === 'help') {
+    process.stdout.write(USAGE);
     return command === undefined ? 2 : 0;
   }
   // own keys only: `agent-gateway constructor` found Object and crashed with a stack
-  const run = Object.hasOwn(COMMANDS, command) ? COMMANDS[command] : undefined;
-  if (run === undefined) {
-    process.stderr.write(`agent-gateway: unknown command "${command}"\n${USAGE}\n`);
+  const entry = Object.hasOwn(COMMANDS, command) ? COMMANDS[command] : undefined;
+  if (entry === undefined) {
+    process.stderr.write(`agent-gateway: unknown command "${command}"\n${USAGE}`);
     return 2;
+  }
+  const { run, help } = await entry.load();
+  // before any setting is read: --help answers whatever the environment holds
+  if (rest.some(isHelp)) {
+    process.stdout.write(renderHelp(command, entry.summary, help));
+    return 0;
   }
   try {
     return await run(rest, process.env);

@@ -9,6 +9,7 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { z } from 'zod';
 import { agentApiOverHttp } from '../sidecar/agent-api-over-http.js';
 import { mcpServer, refuseInvalidParams } from '../sidecar/mcp-tools.js';
+import type { CommandHelp } from './help.js';
 import { MCP_SETTINGS, readSettings, SettingsError } from './settings.js';
 
 const Schema = z.strictObject({
@@ -19,6 +20,16 @@ const Schema = z.strictObject({
       'must be an http:// or https:// URL, such as http://127.0.0.1:7070',
     ),
 });
+
+export const HELP: CommandHelp = {
+  about:
+    "The same tools as the sidecar's POST /mcp, each a call to the sidecar's HTTP API; for " +
+    'agent runtimes that start their tools as a command (`claude mcp add agent-gateway -- ' +
+    'agent-gateway mcp`). stdout carries MCP messages only; everything else goes to stderr. ' +
+    'Exit 0 when stdin closes or on SIGTERM or SIGINT, 2 for a bad setting.',
+  settings: MCP_SETTINGS,
+  schema: Schema,
+};
 
 export async function runMcp(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   const { settings, positionals } = readSettings(MCP_SETTINGS, Schema, argv, env);

@@ -14,8 +14,33 @@ import { CopyRefusal } from '../store/copy-refusal.js';
 import { isPostgresUrl, shownDb } from '../store/open.js';
 import { copyFromSqlite } from '../store/postgres/copy-from-sqlite.js';
 import { openCopySource } from '../store/sqlite/copy-source.js';
+import type { ArgSpec } from './args.js';
+import { type CommandHelp, usageLine } from './help.js';
 
-const USAGE = 'usage: agent-gateway migrate-store --from <sqlite file> --to <postgres url>';
+/** Its flags: what it parses, and what --help lists. */
+export const MIGRATE_STORE_ARGS = {
+  from: {
+    flag: '--from',
+    value: 'FILE',
+    required: true,
+    doc: "the stopped SQLite adapter's store (its AGW_DB file)",
+  },
+  to: {
+    flag: '--to',
+    value: 'URL',
+    required: true,
+    doc: 'the PostgreSQL database to copy it into (postgres:// or postgresql://); no messages yet',
+  },
+} as const satisfies Record<string, ArgSpec>;
+
+export const HELP: CommandHelp = {
+  about:
+    'Copies everything in one transaction and prints one line of counts. Exit 0: copied; 2: a ' +
+    'bad argument or a refusal (the file is held by another process, is no adapter store of ' +
+    'this version, or the database already holds messages); 1: a failure, with nothing left ' +
+    'behind. docs/deploy.md, "Moving a SQLite adapter\'s data to PostgreSQL".',
+  args: MIGRATE_STORE_ARGS,
+};
 
 export async function runMigrateStore(argv: readonly string[]): Promise<number> {
   const say = (line: string) => process.stderr.write(`agent-gateway migrate-store: ${line}\n`);
@@ -25,7 +50,7 @@ export async function runMigrateStore(argv: readonly string[]): Promise<number> 
     ({ from, to } = readArgs(argv));
   } catch (err) {
     // node's parseArgs explains at length how to pass a positional: its first sentence will do
-    say(`${(err as Error).message.split('. ')[0]} (${USAGE})`);
+    say(`${(err as Error).message.split('. ')[0]} (${usageLine('migrate-store', HELP)})`);
     return 2;
   }
   let source: Database.Database | undefined;
@@ -61,14 +86,18 @@ function messageOf(err: unknown): string {
 }
 
 function readArgs(argv: readonly string[]): { from: string; to: string } {
+  // node's parseArgs, strict, with the options of the table above: --from and --to
   const { values } = parseArgs({
     args: [...argv],
-    options: { from: { type: 'string' }, to: { type: 'string' } },
+    options: Object.fromEntries(
+      Object.values(MIGRATE_STORE_ARGS).map((a) => [a.flag.slice(2), { type: 'string' as const }]),
+    ),
     strict: true,
     allowPositionals: false,
   });
-  if (values.from === undefined || values.from === '') throw new Error('--from is required');
-  if (values.to === undefined || values.to === '') throw new Error('--to is required');
-  if (!isPostgresUrl(values.to)) throw new Error('--to must be a postgres:// or postgresql:// URL');
-  return { from: values.from, to: values.to };
+  const { from, to } = values as { from?: string; to?: string };
+  if (from === undefined || from === '') throw new Error('--from is required');
+  if (to === undefined || to === '') throw new Error('--to is required');
+  if (!isPostgresUrl(to)) throw new Error('--to must be a postgres:// or postgresql:// URL');
+  return { from, to };
 }

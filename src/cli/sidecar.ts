@@ -10,7 +10,20 @@ import { SidecarEventMap } from '../sidecar/events.js';
 import { startSidecar } from '../sidecar/server.js';
 import { SIDECAR_SETTINGS, SidecarSettingsSchema } from '../sidecar/settings.js';
 import { openTracing } from '../telemetry/tracing.js';
+import type { CommandHelp } from './help.js';
 import { readSettings, SettingsError } from './settings.js';
+
+export const HELP: CommandHelp = {
+  about:
+    'Serves one agent on loopback: its sends go through a durable outbox to the adapter, its ' +
+    'inbox, acks and emergencies through it. AGW_AGENT_TOKEN or AGW_AGENT_TOKEN_FILE is ' +
+    'required. SIGTERM or SIGINT stops it after one last drain (AGW_SHUTDOWN_GRACE_MS); what ' +
+    'is left stays in the outbox. Exit 2 for a bad setting or a token that is not the ' +
+    "agent's.",
+  settings: SIDECAR_SETTINGS,
+  schema: SidecarSettingsSchema,
+  otherEnv: 'OTEL_* (traces, only when set); POD_NAME and POD_NAMESPACE (on its CRIT entries).',
+};
 
 export async function runSidecar(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   const { settings, positionals } = readSettings(

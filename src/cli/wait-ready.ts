@@ -7,30 +7,42 @@
  * nothing.
  */
 import { SettingsError } from '../settings.js';
+import { type ArgSpec, flagList, takeArgs } from './args.js';
+import type { CommandHelp } from './help.js';
+
+/** Its flags: what it parses, and what --help lists. */
+export const WAIT_READY_ARGS = {
+  url: {
+    flag: '--url',
+    value: 'URL',
+    required: true,
+    doc: 'the http:// or https:// URL to ask (a /readyz, a /healthz)',
+  },
+  timeout: { flag: '--timeout', value: 'S', default: '60', doc: 'seconds to keep asking' },
+  insecure: {
+    flag: '--insecure',
+    doc: "take an https:// URL's certificate unchecked (a process probing its own loopback port)",
+  },
+} as const satisfies Record<string, ArgSpec>;
+
+export const HELP: CommandHelp = {
+  about:
+    'Asks every 0.1 s, backing off to 1 s, each try bounded by 2 s; at the timeout one line ' +
+    'on stderr, exit 1; exit 2 for a bad flag. In an entrypoint: `agent-gateway wait-ready ' +
+    '--url http://127.0.0.1:7070/readyz && exec agent`.',
+  args: WAIT_READY_ARGS,
+};
 
 export async function runWaitReady(argv: readonly string[]): Promise<number> {
-  let url: string | undefined;
-  let timeoutS = 60;
-  let insecure = false;
-  for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === '--insecure') {
-      insecure = true;
-      continue;
-    }
-    const m = /^--(url|timeout)(?:=(.*))?$/.exec(argv[i]!);
-    if (m === null)
-      throw new SettingsError(
-        `${argv[i]}: unknown argument (wait-ready takes --url, --timeout and --insecure)`,
-      );
-    const value = m[2] ?? argv[++i];
-    if (value === undefined) throw new SettingsError(`--${m[1]}: needs a value`);
-    if (m[1] === 'url') url = value;
-    else {
-      timeoutS = Number(value);
-      if (!Number.isFinite(timeoutS) || timeoutS <= 0)
-        throw new SettingsError('--timeout: must be a positive number of seconds');
-    }
-  }
+  const { args, rest } = takeArgs(argv, WAIT_READY_ARGS);
+  if (rest.length > 0)
+    throw new SettingsError(
+      `${rest[0]}: unknown argument (wait-ready takes ${flagList(WAIT_READY_ARGS)})`,
+    );
+  const { url, insecure = false } = args;
+  const timeoutS = Number(args.timeout ?? WAIT_READY_ARGS.timeout.default);
+  if (!Number.isFinite(timeoutS) || timeoutS <= 0)
+    throw new SettingsError('--timeout: must be a positive number of seconds');
   if (url === undefined || !/^https?:\/\//.test(url))
     throw new SettingsError('--url: needs an http:// or https:// URL');
   // undici's own fetch with its Agent (loaded only for --insecure: a probe starts fast)

@@ -1,9 +1,10 @@
 /**
- * The orchestrator's side of the emergency channel: follow journald for the gateway's CRIT
- * entries (journalctl -f, matching MESSAGE_ID) and hand each one on, as one JSON object with its
- * time, message, priority and AGW_ fields; optionally POST it to a URL, in order, with retries,
- * from a bounded queue (`forwardQueue`, 1,000 by default: past it the oldest waiting entry is
- * dropped, counted, and reported in one line per burst and at exit).
+ * The orchestrator's side of the emergency channel: follow journald for the gateway's CRIT entries
+ * (journalctl -f, matching MESSAGE_ID) and hand each one on, as one JSON object with its time,
+ * message, priority, AGW_ fields and the fields the emergency's caller added; optionally POST it
+ * to a URL, in order, with retries, from a bounded queue (`forwardQueue`, 1,000 by default: past
+ * it the oldest waiting entry is dropped, counted, and reported in one line per burst and at
+ * exit).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -79,6 +80,20 @@ function text(v: unknown): unknown {
   return v;
 }
 
+/** Fields toEntry gives under names of its own (message, priority, message_id, identifier). */
+const RENAMED: ReadonlySet<string> = new Set([
+  'MESSAGE',
+  'PRIORITY',
+  'MESSAGE_ID',
+  'SYSLOG_IDENTIFIER',
+]);
+
+/**
+ * One entry as watch hands it on: its time, message, priority, ids and host, then every field the
+ * writer set: the gateway's AGW_* and the emergency's caller's own (TICKET=... of `emergency
+ * --field`, POST /v1/emergency's `fields`), under their journald names. journald's own fields
+ * (`_PID`, `__CURSOR`, ...: a leading underscore, which no writer may use) are left out.
+ */
 export function toEntry(raw: Record<string, unknown>): Record<string, unknown> {
   const us = Number(raw.__REALTIME_TIMESTAMP);
   const entry: Record<string, unknown> = {
@@ -90,7 +105,8 @@ export function toEntry(raw: Record<string, unknown>): Record<string, unknown> {
     hostname: raw._HOSTNAME,
     pid: raw._PID === undefined ? undefined : Number(raw._PID),
   };
-  for (const [k, v] of Object.entries(raw)) if (k.startsWith('AGW_')) entry[k] = text(v);
+  for (const [k, v] of Object.entries(raw))
+    if (!k.startsWith('_') && !RENAMED.has(k)) entry[k] = text(v);
   return entry;
 }
 

@@ -832,6 +832,15 @@ export function pathParams(path: string): string[] {
   return [...path.matchAll(/:([a-z_]+)/g)].map((m) => m[1]!);
 }
 
+/**
+ * A value as one segment of a request's path. A lone UTF-16 surrogate (valid in a JSON string,
+ * so in an id an agent sends) has no UTF-8 form, and encodeURIComponent throws on it: it becomes
+ * U+FFFD, which names nothing, so the answer is the one for an unknown id instead of a crash.
+ */
+export function pathSegment(value: string): string {
+  return encodeURIComponent(value.replace(/[\uD800-\uDFFF]/gu, '\uFFFD'));
+}
+
 /** An operation's input as an HTTP request: its path with parameters and query, and its body. */
 export function renderRequest<N extends OperationName>(
   name: N,
@@ -842,7 +851,7 @@ export function renderRequest<N extends OperationName>(
   const path = op.path.replace(/:([a-z_]+)/g, (_, p: string) => {
     const v = rest[p];
     delete rest[p];
-    return encodeURIComponent(String(v));
+    return pathSegment(String(v));
   });
   const query = new URLSearchParams();
   for (const q of op.query ?? []) {

@@ -26,6 +26,7 @@ import {
   type Journey,
   JsonText,
   type Message,
+  pathSegment,
   type ReplyDelivery,
   type Result,
   type SendResult,
@@ -233,7 +234,7 @@ export class Asks {
         // whole seconds: the last wait may run up to a second past the deadline, never short
         const waitS = Math.min(MAX_REPLY_WAIT_S, Math.ceil(left / 1000));
         const cut = new AbortController();
-        const path = `/v1/messages/${encodeURIComponent(messageId)}/reply?wait=${waitS}`;
+        const path = `/v1/messages/${pathSegment(messageId)}/reply?wait=${waitS}`;
         const call = this.#o.upstream
           .request(
             'GET',

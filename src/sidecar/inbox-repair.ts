@@ -28,6 +28,8 @@
  *   past it, and an ack of its delivery id is matched to it, also after a restart. One a poll
  *   brings while an ask waits for it goes to the ask (claim), not into the poll's answer.
  */
+
+import { pathSegment } from '../protocol/agent-api.js';
 import { GatewayError } from '../protocol/errors.js';
 import type { Answer } from '../protocol/router.js';
 import type { Delivery, Message } from '../protocol/wire.js';
@@ -336,7 +338,7 @@ export class InboxRepair {
           this.#file.gapPage(gap.channel, [], undefined, gap.until);
           break;
         }
-        const path: string = `/v1/channels/${encodeURIComponent(gap.channel)}/messages?after=${after}&limit=${Math.min(PAGE, left)}`;
+        const path: string = `/v1/channels/${pathSegment(gap.channel)}/messages?after=${after}&limit=${Math.min(PAGE, left)}`;
         const res: AdapterResponse | undefined = await this.#client
           .request('GET', path)
           .catch(() => undefined);

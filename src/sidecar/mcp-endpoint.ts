@@ -9,14 +9,49 @@
  * means no stream to GET and none to DELETE: the route table answers those 405. Answers are
  * plain JSON rather than an SSE stream: a tool call has exactly one answer and sends no
  * notifications.
+ *
+ * A body larger than MCP_MAX_BODY_BYTES is answered in MCP's terms rather than with a bare 413
+ * (which an MCP client shows as an opaque transport failure): a `tools/call` gets a tool result
+ * with `isError` and `payload_too_large`, as `agent-gateway mcp` answers one (the sidecar's 413
+ * passed on); another request a JSON-RPC error with its id; one whose id cannot be read an HTTP
+ * 413 whose body is a JSON-RPC error without one. This needs the route to leave the body to the
+ * endpoint (routes.ts, no `body`); a body the route read already is taken as it is.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { ErrorCode, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import type { AgentApi } from '../protocol/agent-api.js';
-import { sendJson } from '../protocol/http.js';
-import { type McpServerOptions, mcpServer, refuseInvalidParams } from './mcp-tools.js';
+import { GatewayError } from '../protocol/errors.js';
+import { parseJson, sendJson } from '../protocol/http.js';
+import { DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
+import {
+  type McpServerOptions,
+  mcpServer,
+  PROTOCOL_VERSIONS,
+  refuseInvalidParams,
+  refuseProtocol,
+  toolError,
+} from './mcp-tools.js';
 
-/** The handler of POST /mcp: `body` is the request's JSON, already read and parsed. */
+/**
+ * The largest body /mcp takes: a message at the adapter's default bound (AGW_MAX_MESSAGE_BYTES,
+ * 256 KiB) and 16 KiB for the JSON-RPC around its arguments, 272 KiB in all.
+ */
+export const MCP_MAX_BODY_BYTES = DEFAULT_MAX_MESSAGE_BYTES + 16_384;
+
+/**
+ * How much of a larger body is read (and dropped) to answer it: 16 MiB, 60 times the bound, a
+ * few milliseconds on loopback. Past it the answer goes out unread and the connection closes.
+ */
+const MAX_DRAINED_BYTES = 16 * 1024 * 1024;
+
+/** How much of each end of a larger body is kept to find its request's id and method. */
+const EDGE_BYTES = 4096;
+
+/**
+ * The handler of POST /mcp: `body` is the request's JSON when the route read it, or undefined
+ * when it left the body to the endpoint.
+ */
 export type McpHandler = (
   req: IncomingMessage,
   res: ServerResponse,
@@ -24,11 +59,26 @@ export type McpHandler = (
 ) => Promise<void>;
 
 export function mcpEndpoint(api: AgentApi, opts: McpServerOptions = {}): McpHandler {
-  return async (req, res, body) => {
-    const refused = refuseInvalidParams(body);
-    if (refused !== undefined) {
-      sendJson(res, 200, refused);
-      return;
+  return async (req, res, given) => {
+    let body = given;
+    if (body === undefined) {
+      const read = await readMcpBody(req);
+      if ('over' in read) {
+        answerTooLarge(res, read.over);
+        return;
+      }
+      body = parseJson(read.body);
+    }
+    // a version the MCP-Protocol-Version header names and this server does not speak is the
+    // SDK's 400 (it names the versions spoken): a client of both eras falls back on it
+    const version = req.headers['mcp-protocol-version'];
+    if (version === undefined || PROTOCOL_VERSIONS.includes(String(version))) {
+      const other = refuseProtocol(body);
+      const refused = other ?? refuseInvalidParams(body);
+      if (refused !== undefined) {
+        sendJson(res, other === undefined ? 200 : 400, refused);
+        return;
+      }
     }
     const server = mcpServer(api, opts);
     const transport = new StreamableHTTPServerTransport({
@@ -42,4 +92,127 @@ export function mcpEndpoint(api: AgentApi, opts: McpServerOptions = {}): McpHand
     await server.connect(transport);
     await transport.handleRequest(req, res, body);
   };
+}
+
+/** A body past MCP_MAX_BODY_BYTES: its size, and its two ends. */
+interface Oversized {
+  /** Its size: as read, or as Content-Length declared it when that was past the drain. */
+  readonly bytes: number;
+  readonly head: string;
+  readonly tail: string;
+  /** All of it was read: the connection may serve another request. */
+  readonly drained: boolean;
+}
+
+/** Reads the body: whole within the bound, else only its ends, up to MAX_DRAINED_BYTES. */
+function readMcpBody(req: IncomingMessage): Promise<{ body: Buffer } | { over: Oversized }> {
+  const declared = Number(req.headers['content-length']);
+  if (declared > MAX_DRAINED_BYTES) {
+    return Promise.resolve({ over: { bytes: declared, head: '', tail: '', drained: false } });
+  }
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let head: Buffer | undefined;
+    let tail = Buffer.alloc(0);
+    const over = (drained: boolean): { over: Oversized } => ({
+      over: {
+        bytes: size,
+        head: head?.toString('utf8') ?? '',
+        tail: tail.toString('utf8'),
+        drained,
+      },
+    });
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (head === undefined && size <= MCP_MAX_BODY_BYTES) {
+        chunks.push(chunk);
+        return;
+      }
+      if (head === undefined) {
+        const all = Buffer.concat([...chunks, chunk]);
+        chunks.length = 0;
+        head = Buffer.from(all.subarray(0, EDGE_BYTES));
+        tail = Buffer.from(all.subarray(-EDGE_BYTES));
+      } else {
+        tail = Buffer.from(Buffer.concat([tail, chunk]).subarray(-EDGE_BYTES));
+      }
+      if (size > MAX_DRAINED_BYTES) {
+        req.off('data', onData);
+        req.pause();
+        resolve(over(false));
+      }
+    };
+    req.on('data', onData);
+    req.once('end', () =>
+      resolve(head === undefined ? { body: Buffer.concat(chunks, size) } : over(true)),
+    );
+    req.once('error', reject);
+  });
+}
+
+/** The answer to a body past the bound: in MCP's terms where its request can be told. */
+function answerTooLarge(res: ServerResponse, over: Oversized): void {
+  const err = new GatewayError(
+    'payload_too_large',
+    `the request body (${over.drained ? '' : 'at least '}${over.bytes} bytes) is larger than the ${MCP_MAX_BODY_BYTES} bytes /mcp takes: a message of at most ${DEFAULT_MAX_MESSAGE_BYTES} bytes and the JSON-RPC around it; send less, or put the bulk where the recipient can fetch it and send a reference`,
+  );
+  // unread bytes stay on the connection: it cannot carry another request
+  if (!over.drained) res.setHeader('connection', 'close');
+  const { id, method } = frameOf(over.head, over.tail);
+  const error = {
+    code: ErrorCode.InvalidRequest,
+    message: `payload_too_large: ${err.message}`,
+    data: { ...err.toJSON(), limit_bytes: MCP_MAX_BODY_BYTES },
+  };
+  if (id === undefined) {
+    // no request to answer: the HTTP status says it, and MCP's error response without an id
+    sendJson(res, 413, { jsonrpc: '2.0', error });
+  } else if (method === 'tools/call') {
+    const result = toolError(err, { limit_bytes: MCP_MAX_BODY_BYTES });
+    sendJson(res, 200, { jsonrpc: '2.0', id, result } satisfies JSONRPCMessage);
+  } else {
+    sendJson(res, 200, { jsonrpc: '2.0', id, error } satisfies JSONRPCMessage);
+  }
+}
+
+/**
+ * The `id` and `method` of a JSON-RPC request from the two ends of its text, where they are
+ * found: members of the top-level object that come before its first object or array (the head:
+ * `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{...` as the Python SDK writes it), or
+ * after its last one (the tail: `...},"jsonrpc":"2.0","id":7}` as the TypeScript SDK writes it).
+ * Neither end is ever read as more than plain scalar members: one that is not is left out.
+ */
+export function frameOf(head: string, tail: string): { id?: string | number; method?: string } {
+  const found = { ...membersAtEnd(tail), ...membersAtStart(head) };
+  const { id, method } = found;
+  return {
+    ...(typeof id === 'number' || typeof id === 'string' ? { id } : {}),
+    ...(typeof method === 'string' ? { method } : {}),
+  };
+}
+
+const SCALAR = String.raw`(?:"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)`;
+const MEMBER = String.raw`"(?:[^"\\]|\\.)*"\s*:\s*${SCALAR}`;
+// a member of the head counts only when what follows it is there too: one cut at the edge does not
+const AT_START = new RegExp(String.raw`^\s*\{\s*(${MEMBER}(?:\s*,\s*${MEMBER})*)(?=\s*[,}])`);
+const AT_END = new RegExp(String.raw`(?:^\s*\{|,)\s*(${MEMBER}(?:\s*,\s*${MEMBER})*)\s*\}\s*$`);
+const ONE = new RegExp(String.raw`("(?:[^"\\]|\\.)*")\s*:\s*(${SCALAR})`, 'g');
+
+function membersAtStart(text: string): Record<string, unknown> {
+  return members(AT_START.exec(text)?.[1]);
+}
+
+function membersAtEnd(text: string): Record<string, unknown> {
+  return members(AT_END.exec(text)?.[1]);
+}
+
+function members(list: string | undefined): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [, key, value] of (list ?? '').matchAll(ONE)) {
+    try {
+      out[JSON.parse(key!) as string] = JSON.parse(value!);
+    } catch {} // a string cut at the edge: not a member
+  }
+  return out;
 }

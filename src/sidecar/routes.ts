@@ -17,7 +17,7 @@ import {
 } from '../protocol/agent-api.js';
 import { BODIES } from '../protocol/agent-schemas.js';
 import { GatewayError } from '../protocol/errors.js';
-import { intParam, parseJson } from '../protocol/http.js';
+import { intParam } from '../protocol/http.js';
 import { DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
 import { type Answer, type Route, route } from '../protocol/router.js';
 import { traceFromHeaders } from '../protocol/trace-context.js';
@@ -29,9 +29,6 @@ export type Who = 'local' | 'agent';
 
 /** The largest body the sidecar reads: an envelope the adapter could take at its default. */
 const MAX_BODY = DEFAULT_MAX_MESSAGE_BYTES;
-
-/** Room in an MCP request for the JSON-RPC around a tool's arguments (an envelope at most). */
-const MCP_FRAME_BYTES = 16_384;
 
 export function sidecarRoutes(
   api: AgentApi,
@@ -75,13 +72,14 @@ export function sidecarRoutes(
     }),
     ...OPERATION_LIST.map((op) => operationRoute(api, op)),
     route({
-      // Streamable HTTP, stateless: GET and DELETE (a session's stream, its end) are 405 here
+      // Streamable HTTP, stateless: GET and DELETE (a session's stream, its end) are 405 here.
+      // No `body`: the endpoint reads its own (mcp-endpoint.ts, MCP_MAX_BODY_BYTES), so that
+      // one too large is answered in MCP's terms, a tool error naming payload_too_large
       method: 'POST',
       path: '/mcp',
       who: 'agent',
-      body: { limit: MAX_BODY + MCP_FRAME_BYTES, parse: parseJson },
-      handler: async ({ req, res, body }) => {
-        await mcp(req, res, body);
+      handler: async ({ req, res }) => {
+        await mcp(req, res, undefined);
         return undefined;
       },
     }),

@@ -18,6 +18,7 @@ import {
   OPERATIONS,
   type OperationName,
   type Outputs,
+  pathSegment,
   type Result,
 } from '../protocol/agent-api.js';
 import { parseEnvelope } from '../protocol/envelope.js';
@@ -298,7 +299,7 @@ export class SidecarService implements AgentApi {
 
   /** What became of a message the agent sent. */
   async messageStatus(input: Inputs['messageStatus']): Promise<Result<'messageStatus'>> {
-    const path = `/v1/messages/${encodeURIComponent(input.message_id)}`;
+    const path = `/v1/messages/${pathSegment(input.message_id)}`;
     return result<'messageStatus'>(await this.#call('GET', path));
   }
 
@@ -313,7 +314,7 @@ export class SidecarService implements AgentApi {
     const queuedAt = outbox.queuedAt(key);
     const refused = queuedAt === undefined ? outbox.deadLetter(key) : undefined;
     if (queuedAt === undefined && refused === undefined) {
-      const path = `/v1/messages/${encodeURIComponent(key)}/journey`;
+      const path = `/v1/messages/${pathSegment(key)}/journey`;
       return result<'journey'>(await this.#call('GET', path));
     }
     const state = breaker.snapshot.state;
@@ -358,7 +359,7 @@ export class SidecarService implements AgentApi {
 
   async readChannel(input: Inputs['readChannel']): Promise<Result<'readChannel'>> {
     const { after, limit } = pageOf('readChannel', input);
-    const name = encodeURIComponent(input.channel);
+    const name = pathSegment(input.channel);
     const path = `/v1/channels/${name}/messages?after=${after}&limit=${limit}`;
     return result<'readChannel'>(await this.#call('GET', path));
   }

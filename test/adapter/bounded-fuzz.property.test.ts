@@ -190,6 +190,11 @@ describe('a sidecar and its MCP endpoint', () => {
       message_id: fc.oneof(fc.constant('0192f5e4-7c1d-7b3a-9c1e-2f6d1c0e9a11'), protoName),
       timeout_seconds: fc.constant(1),
     }),
+    search_messages: fc.record({
+      query: fc.oneof(fc.constant('release notes'), protoName),
+      channel: fc.oneof(fc.constantFrom('product', '@pm', 'platform'), protoName),
+      limit: fc.integer({ min: 1, max: 100 }),
+    }),
   };
   /** Waits that a mutation made longer, made their least again. */
   const least = (body: string) =>

@@ -143,9 +143,11 @@ describe('audit verify on a SQLite file', () => {
     }
   });
 
-  it('is listed in the usage', async () => {
+  it('is listed in the usage, and its --help says how to run it', async () => {
     const r = await runCli(['--help']);
-    expect(r.stdout).toMatch(/^ {2}audit {7}verify \[--db FILE\|URL\]: /m);
+    expect(r.stdout).toMatch(/^ {2}audit +check the audit log's hash chain \(audit verify\)$/m);
+    const help = await runCli(['audit', '--help']);
+    expect(help.stdout.split('\n')[0]).toBe('usage: agent-gateway audit verify [--db VALUE]');
   });
 });
 

@@ -28,6 +28,7 @@ export const CONTRACT_TOOLS: Record<string, { required: string[]; optional: stri
     optional: ['priority', 'reply_to', 'timeout_seconds'],
   },
   await_reply: { required: ['message_id'], optional: ['timeout_seconds'] },
+  search_messages: { required: ['query'], optional: ['channel', 'limit'] },
 };
 
 export interface McpSession {
@@ -113,6 +114,7 @@ export const ANNOTATIONS: Record<
   raise_emergency: { readOnlyHint: false, destructiveHint: true, idempotentHint: false },
   ask: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
   await_reply: { readOnlyHint: false, destructiveHint: false, idempotentHint: false },
+  search_messages: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
 };
 
 export async function expectAnnotations(client: Client): Promise<void> {

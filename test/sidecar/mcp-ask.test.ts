@@ -7,7 +7,6 @@
  */
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterEach, expect, it } from 'vitest';
-import { EnvelopeSchema } from '../../src/protocol/envelope.js';
 import { startTestAdapter } from '../helpers/adapter.js';
 import { connectClient, type McpSession, tool } from '../helpers/mcp.js';
 import { startTestSidecar } from '../helpers/sidecar.js';
@@ -92,35 +91,28 @@ it('asks: a timeout is a result with where the message is; await_reply then has 
   expect(unknown).toMatchObject({ isError: true, json: { error: 'not_found' } });
 });
 
-// the envelope's times are the other half of issue 35: on once the envelope takes them
-const envelopeTakesTimes = 'ttl_ms' in EnvelopeSchema.shape && 'deliver_at' in EnvelopeSchema.shape;
-
-it.runIf(envelopeTakesTimes)(
-  'send_message passes deliver_at and ttl_ms on to the envelope',
-  {
-    timeout: 60_000,
-  },
-  async () => {
-    const adapter = await startTestAdapter();
-    stops.push(adapter.stop);
-    const pm = await mcpFor('pm', adapter.url);
-    const at = new Date(Date.now() + 3_600_000).toISOString();
-    const scheduled = await tool(pm.client, 'send_message', {
-      to: '@qa',
-      kind: 'status',
-      payload: {},
-      deliver_at: at,
-    });
-    expect(scheduled).toMatchObject({
-      isError: false,
-      json: { status: 'delivered', channel_sequence_id: null, scheduled_for: at },
-    });
-    const expiring = await tool(pm.client, 'send_message', {
-      to: '@qa',
-      kind: 'status',
-      payload: {},
-      ttl_ms: 60_000,
-    });
-    expect(expiring.json.expires_at).toEqual(expect.any(String));
-  },
-);
+it('send_message passes deliver_at and ttl_ms on to the envelope', {
+  timeout: 60_000,
+}, async () => {
+  const adapter = await startTestAdapter();
+  stops.push(adapter.stop);
+  const pm = await mcpFor('pm', adapter.url);
+  const at = new Date(Date.now() + 3_600_000).toISOString();
+  const scheduled = await tool(pm.client, 'send_message', {
+    to: '@qa',
+    kind: 'status',
+    payload: {},
+    deliver_at: at,
+  });
+  expect(scheduled).toMatchObject({
+    isError: false,
+    json: { status: 'delivered', channel_sequence_id: null, scheduled_for: at },
+  });
+  const expiring = await tool(pm.client, 'send_message', {
+    to: '@qa',
+    kind: 'status',
+    payload: {},
+    ttl_ms: 60_000,
+  });
+  expect(expiring.json.expires_at).toEqual(expect.any(String));
+});

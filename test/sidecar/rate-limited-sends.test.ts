@@ -59,7 +59,6 @@ async function sidecarFor(agent: string, adapterUrl: string) {
   return { sidecar, emergencies };
 }
 
-
 it('queues the sends past the rate and delivers all of them once, in send order, after the Retry-After; no circuit failure, no CRIT entry', {
   timeout: 30_000,
 }, async () => {
