@@ -15,6 +15,7 @@
 import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import { Agent, request } from 'undici';
 import {
   benchDir,
@@ -22,6 +23,7 @@ import {
   latencySummary,
   round,
   startAdapter,
+  startProcess,
   tokenOf,
   uuidv7,
 } from '../lib/lib.mjs';
@@ -33,8 +35,13 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '20' },
     wait: { type: 'string', default: '25' },
     sync: { type: 'string', default: 'full' },
+    // > 0: that many adapters on one fresh PostgreSQL database (--url's server), the agents and
+    // the sends spread over them: hand-overs then cross replicas through LISTEN/NOTIFY
+    replicas: { type: 'string', default: '0' },
+    url: { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
   },
 });
+const replicas = Number(values.replicas);
 const counts = values.agents.split(',').map(Number);
 const rate = Number(values.rate);
 const seconds = Number(values.seconds);
@@ -52,18 +59,49 @@ function rssMiB(pid) {
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)[1]) / 1024;
 }
 
+/** A fresh database on the server of --url; drop() removes it. */
+async function database() {
+  const admin = new pg.Client({ connectionString: values.url });
+  await admin.connect();
+  const name = `agw_bench_agents_${process.pid}_${Date.now()}`;
+  await admin.query(`CREATE DATABASE ${name}`);
+  const url = new URL(values.url);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    drop: async () => {
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.end();
+    },
+  };
+}
+
 async function run(n) {
   const ids = Array.from({ length: n }, (_, i) => `a${String(i).padStart(5, '0')}`);
   const { dir, topology, cleanup } = benchDir({
     agents: ['orchestrator', 'boss', ...ids],
     channels: [],
   });
-  const adapter = await startAdapter(dir, topology, ['--sync', values.sync], {
+  const env = {
     // one address (this process) holds every agent's connection: a cluster's are spread
     AGW_MAX_CONNECTIONS: String(n + 1000),
     AGW_MAX_CONNECTIONS_PER_ADDRESS: String(n + 1000),
     AGW_LEASE_MS: String(LEASE_MS),
-  });
+  };
+  const db = replicas > 0 ? await database() : undefined;
+  const adapters =
+    db === undefined
+      ? [await startAdapter(dir, topology, ['--sync', values.sync], env)]
+      : await Promise.all(
+          Array.from({ length: replicas }, () =>
+            startProcess(
+              [CLI, 'adapter', '--listen', '127.0.0.1:0', '--topology', topology, '--db', db.url],
+              { AGW_SEND_RATE: '0', ...env },
+            ),
+          ),
+        );
+  const adapter = adapters[0];
+  const urlOf = (i) => adapters[i % adapters.length].url;
   const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000, pipelining: 1 });
   const sentAt = new Map();
   const handOver = [];
@@ -71,17 +109,25 @@ async function run(n) {
   let serverLate = 0;
   const serverHandOver = [];
   let latePolling = 0;
+  let lateBehindAck = 0;
   let errors = 0;
   let received = 0;
   let stopping = false;
 
-  async function agent(id) {
+  const countError = (err) => {
+    if (errors++ === 0) console.error(`first error: ${err?.code ?? ''} ${err?.message ?? err}`);
+  };
+
+  async function agent(id, i) {
     let acks = [];
     while (!stopping) {
       const askedAt = performance.now();
+      // a poll that carries acks: the copy it brings may have waited behind the one acked (its
+      // lane's order), however promptly the adapter served it
+      const carried = acks.length > 0;
       try {
         // acks ride on the next poll (POST /v1/inbox); with none to carry, a plain GET
-        const res = await request(`${adapter.url}/v1/inbox?wait=${wait}&max=10`, {
+        const res = await request(`${urlOf(i)}/v1/inbox?wait=${wait}&max=10`, {
           ...(acks.length > 0
             ? { method: 'POST', body: JSON.stringify({ delivery_ids: acks }) }
             : { method: 'GET' }),
@@ -111,18 +157,19 @@ async function run(n) {
           // late on a poll that was open when the 201 came: it missed a wake (issue 36); late
           // on a poll sent after it, this process was slow to poll again (a loaded machine)
           if (ms > LATE_MS) {
-            if (askedAt < t) late++;
-            else latePolling++;
+            if (askedAt >= t) latePolling++;
+            else if (carried) lateBehindAck++;
+            else late++;
           }
         }
-      } catch {
-        if (!stopping) errors++;
+      } catch (err) {
+        if (!stopping) countError(err);
       }
     }
   }
 
   // every agent parked before the sends begin
-  const polls = ids.map((id) => agent(id));
+  const polls = ids.map((id, i) => agent(id, i));
   await new Promise((r) => setTimeout(r, Math.max(2000, n)));
   const rssParked = rssMiB(adapter.pid);
 
@@ -136,7 +183,7 @@ async function run(n) {
     const to = ids[Math.floor(Math.random() * n)];
     sent++;
     sends.push(
-      request(`${adapter.url}/v1/messages`, {
+      request(`${urlOf(sent)}/v1/messages`, {
         method: 'POST',
         headers: headers('boss'),
         body: JSON.stringify({
@@ -154,7 +201,7 @@ async function run(n) {
         }
         // a poll that answered before this 201 came back counted it as 0 (sentAt unknown)
         sentAt.set(body.message_id, performance.now());
-      }),
+      }, countError),
     );
   }
   await Promise.all(sends);
@@ -163,7 +210,8 @@ async function run(n) {
   while (received < sent && performance.now() < end) await new Promise((r) => setTimeout(r, 50));
   const rss = rssMiB(adapter.pid);
   stopping = true;
-  await adapter.stop();
+  for (const a of adapters) await a.stop();
+  await db?.drop();
   await Promise.allSettled(polls);
   await dispatcher.close().catch(() => undefined);
   cleanup();
@@ -171,6 +219,8 @@ async function run(n) {
   return {
     bench: 'agents',
     agents: n,
+    replicas: Math.max(1, replicas),
+    store: replicas > 0 ? 'postgresql' : 'sqlite',
     rate,
     seconds,
     sent,
@@ -178,6 +228,7 @@ async function run(n) {
     missing: sent - received,
     late_over_1s: late,
     late_not_polling: latePolling,
+    late_behind_ack: lateBehindAck,
     adapter_late_over_1s: serverLate,
     adapter_hand_over_p99_ms: latencySummary(serverHandOver).p99_ms,
     errors,
@@ -201,11 +252,11 @@ for (const n of counts) {
   rows.push(r);
 }
 console.log(
-  '\n| agents | sent | missing | late > 1 s | errors | p50 ms | p99 ms | max ms | RSS MiB |',
+  '\n| agents | replicas | sent | missing | late > 1 s (parked poll) | behind an ack | p50 ms | p99 ms | max ms | adapter p99 ms | errors | RSS MiB |',
 );
-console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
 for (const r of rows) {
   console.log(
-    `| ${r.agents} | ${r.sent} | ${r.missing} | ${r.late_over_1s} | ${r.errors} | ${r.hand_over_p50_ms} | ${r.hand_over_p99_ms} | ${r.hand_over_max_ms} | ${r.rss_mib} |`,
+    `| ${r.agents} | ${r.replicas} | ${r.sent} | ${r.missing} | ${r.late_over_1s} | ${r.late_behind_ack} | ${r.hand_over_p50_ms} | ${r.hand_over_p99_ms} | ${r.hand_over_max_ms} | ${r.adapter_hand_over_p99_ms} | ${r.errors} | ${r.rss_mib} |`,
   );
 }
