@@ -86,6 +86,10 @@ export class ResponseBudget {
     parts: string[],
     status = 200,
   ): Promise<void> {
+    // a client gone already (a long poll whose connection closed while it waited): nothing to
+    // send, and no write timer, which would hold the process for AGW_WRITE_TIMEOUT_MS at its exit
+    // and then report a slow client that is not there
+    if (res.destroyed) return;
     let length = 0;
     for (const p of parts) length += Buffer.byteLength(p);
     reservation.resize(length);
