@@ -15,7 +15,7 @@
  * session streams scenario only warns that a stateless server has no session to test.
  */
 import { execFile } from 'node:child_process';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -77,12 +77,17 @@ const NOT_OURS: Record<string, string> = {
   'prompts-get-with-image': 'no prompts',
 };
 
-function run(file: string, args: string[], cwd: string): Promise<{ code: number; out: string }> {
+function run(
+  file: string,
+  args: string[],
+  cwd: string,
+): Promise<{ code: number; stdout: string; out: string }> {
   return new Promise((resolve) => {
     // asynchronous: the sidecar under test answers from this process's event loop
     execFile(file, args, { cwd, encoding: 'utf8', timeout: 90_000 }, (err, stdout, stderr) => {
       const code = err === null ? 0 : typeof err.code === 'number' ? err.code : 1;
-      resolve({ code, out: `${stdout}${stderr}` });
+      const failure = err === null ? '' : `${err.message}\n`;
+      resolve({ code, stdout, out: `${failure}${stdout}${stderr}` });
     });
   });
 }
@@ -92,7 +97,8 @@ async function node22(): Promise<string> {
   if (Number(process.versions.node.split('.')[0]) >= 22) return process.execPath;
   const found = await run('bash', [join(root, 'test/node24/node24-dir.sh')], root);
   expect(found.code, found.out).toBe(0);
-  return join(found.out.trim().split('\n').at(-1)!, 'bin', 'node');
+  // its folder is its one line on stdout (what installing it said is on stderr)
+  return join(found.stdout.trim(), 'bin', 'node');
 }
 
 it('passes the official MCP conformance suite, but for the fixture server scenarios', {
@@ -118,6 +124,8 @@ it('passes the official MCP conformance suite, but for the fixture server scenar
     [suite, 'server', '--url', `${pm.url}/mcp`, '--expected-failures', baseline, '-o', out],
     dir,
   );
+  // what the suite said, when it wrote no results (it could not run)
+  expect(existsSync(out), r.out).toBe(true);
   // each scenario's checks, by scenario (its results folder is server-<scenario>-<time>)
   const checks = new Map<string, { id: string; status: string; errorMessage?: string }[]>();
   for (const d of readdirSync(out)) {
