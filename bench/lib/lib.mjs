@@ -222,3 +222,24 @@ export function latencySummary(latencies) {
     max_ms: round(latencies.at(-1), 3),
   };
 }
+
+/**
+ * A fresh database on the PostgreSQL server of `adminUrl` (a URL of a database to connect to
+ * for CREATE DATABASE); `drop()` removes it, whoever is still connected.
+ */
+export async function pgDatabase(adminUrl) {
+  const { default: pg } = await import('pg');
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const name = `agw_bench_${process.pid}_${randomUUID().slice(0, 8)}`;
+  await admin.query(`CREATE DATABASE ${name}`);
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    drop: async () => {
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.end();
+    },
+  };
+}

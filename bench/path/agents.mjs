@@ -15,12 +15,12 @@
 import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
 import { Agent, request } from 'undici';
 import {
   benchDir,
   CLI,
   latencySummary,
+  pgDatabase,
   round,
   startAdapter,
   startProcess,
@@ -59,23 +59,6 @@ function rssMiB(pid) {
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)[1]) / 1024;
 }
 
-/** A fresh database on the server of --url; drop() removes it. */
-async function database() {
-  const admin = new pg.Client({ connectionString: values.url });
-  await admin.connect();
-  const name = `agw_bench_agents_${process.pid}_${Date.now()}`;
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(values.url);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    drop: async () => {
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end();
-    },
-  };
-}
-
 async function run(n) {
   const ids = Array.from({ length: n }, (_, i) => `a${String(i).padStart(5, '0')}`);
   const { dir, topology, cleanup } = benchDir({
@@ -88,7 +71,7 @@ async function run(n) {
     AGW_MAX_CONNECTIONS_PER_ADDRESS: String(n + 1000),
     AGW_LEASE_MS: String(LEASE_MS),
   };
-  const db = replicas > 0 ? await database() : undefined;
+  const db = replicas > 0 ? await pgDatabase(values.url) : undefined;
   const adapters =
     db === undefined
       ? [await startAdapter(dir, topology, ['--sync', values.sync], env)]

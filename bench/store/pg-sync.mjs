@@ -8,11 +8,17 @@
 //
 //   AGW_BENCH_CLI_BEFORE=/path/to/before/dist/cli/main.js node bench/store/pg-sync.mjs \
 //     [--seconds 3] [--inflight 1,16] [--rounds 2] [--url postgres://postgres@127.0.0.1:5432/postgres]
-import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
 import { Pool } from 'undici';
-import { benchDir, CLI, closedLoopFn, startProcess, tokenOf, uuidv7 } from '../lib/lib.mjs';
+import {
+  benchDir,
+  CLI,
+  closedLoopFn,
+  pgDatabase,
+  startProcess,
+  tokenOf,
+  uuidv7,
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -30,22 +36,6 @@ const emit = (o) => console.log(JSON.stringify({ bench: 'pg-sync', ...o }));
 const auth = (a) => ({ authorization: `Bearer ${tokenOf(a)}`, 'content-type': 'application/json' });
 const builds = [['after', CLI]];
 if (process.env.AGW_BENCH_CLI_BEFORE) builds.unshift(['before', process.env.AGW_BENCH_CLI_BEFORE]);
-
-async function database() {
-  const admin = new pg.Client({ connectionString: values.url });
-  await admin.connect();
-  const name = `agw_bench_${process.pid}_${randomUUID().slice(0, 8)}`;
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(values.url);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    drop: async () => {
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end();
-    },
-  };
-}
 
 async function request(pool, method, path, agent, body) {
   const res = await pool.request({
@@ -107,7 +97,7 @@ function leased(pool) {
 }
 
 async function measure(build, cli, round) {
-  const db = await database();
+  const db = await pgDatabase(values.url);
   const { dir, topology, cleanup } = benchDir();
   const adapter = await startProcess(
     [

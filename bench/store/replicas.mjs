@@ -17,6 +17,7 @@ import {
   CLI,
   closedLoopFn,
   latencySummary,
+  pgDatabase,
   startProcess,
   tokenOf,
   uuidv7,
@@ -36,23 +37,6 @@ const rate = Number(values.rate);
 const text = 'x'.repeat(1000);
 const emit = (o) => console.log(JSON.stringify({ bench: 'replicas', ...o }));
 const auth = (a) => ({ authorization: `Bearer ${tokenOf(a)}`, 'content-type': 'application/json' });
-
-/** A fresh database on the server of --url; drop() removes it. */
-async function database() {
-  const admin = new pg.Client({ connectionString: values.url });
-  await admin.connect();
-  const name = `agw_bench_${process.pid}_${randomUUID().slice(0, 8)}`;
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(values.url);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    drop: async () => {
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end();
-    },
-  };
-}
 
 function adapter(topology, db) {
   return startProcess(
@@ -206,7 +190,7 @@ try {
   }
   // the PostgreSQL peer row: one INSERT per transaction, synchronous_commit on (peers.mjs)
   {
-    const db = await database();
+    const db = await pgDatabase(values.url);
     const pool = new pg.Pool({ connectionString: db.url, max: 64 });
     // DROP DATABASE ... WITH (FORCE) may end a connection the pool is still closing
     pool.on('error', () => {});
@@ -232,7 +216,7 @@ try {
   }
   // one adapter on PostgreSQL
   {
-    const db = await database();
+    const db = await pgDatabase(values.url);
     const a = await adapter(topology, db.url);
     for (const inflight of levels)
       emit({
@@ -253,7 +237,7 @@ try {
   }
   // three adapters on one database
   {
-    const db = await database();
+    const db = await pgDatabase(values.url);
     const rs = [];
     for (let i = 0; i < 3; i++) rs.push(await adapter(topology, db.url));
     const urls = rs.map((r) => r.url);

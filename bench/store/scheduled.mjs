@@ -21,13 +21,21 @@
 //   node bench/store/scheduled.mjs [--store sqlite|pg] [--scheduled 100000] [--seconds 3]
 //     [--inflight 1,16] [--rounds 3] [--warmup 5] [--idle-seconds 5] [--days 2] [--far-days 30]
 //     [--url postgres://postgres@127.0.0.1:5432/postgres]
-import { randomUUID } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { benchDir, CLI, closedLoop, round, startProcess, tokenOf, uuidv7 } from '../lib/lib.mjs';
+import {
+  benchDir,
+  CLI,
+  closedLoop,
+  pgDatabase,
+  round,
+  startProcess,
+  tokenOf,
+  uuidv7,
+} from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -56,28 +64,10 @@ const emit = (o) => console.log(JSON.stringify({ bench: 'scheduled', store: valu
 const headers = { authorization: `Bearer ${tokenOf('pm')}`, 'content-type': 'application/json' };
 const iso = (ms) => new Date(ms).toISOString();
 
-/** A fresh database on the server of --url (as replicas.mjs); drop() removes it. */
-async function pgDatabase() {
-  const { default: pg } = await import('pg');
-  const admin = new pg.Client({ connectionString: values.url });
-  await admin.connect();
-  const name = `agw_bench_${process.pid}_${randomUUID().slice(0, 8)}`;
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(values.url);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    drop: async () => {
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end();
-    },
-  };
-}
-
 /** An adapter on a store of its own (a temp SQLite file, or a fresh PostgreSQL database). */
 async function adapter(env = {}) {
   const { dir, topology, cleanup } = benchDir();
-  const pgDb = values.store === 'pg' ? await pgDatabase() : undefined;
+  const pgDb = values.store === 'pg' ? await pgDatabase(values.url) : undefined;
   const db = pgDb?.url ?? join(dir, 'adapter.db');
   const proc = await startProcess(
     [
