@@ -86,6 +86,29 @@ describe('the mode each commit runs with', () => {
     await store.close();
   });
 
+  it("is FULL for a scheduled message's send and for its cancel (204: it must never fire)", async () => {
+    const store = new SqliteStore(join(dir, 'cancel.db'));
+    await store.ensureChannels(['@qa']);
+    const later = { ...draft(), deliverAt: Date.now() + 60_000 };
+    const [sent] = (await store.commit([{ op: 'append', drafts: [later] }])).results;
+    expect(store.synchronous).toBe('full');
+    const outcome = sent !== undefined && 'ok' in sent ? sent.ok : [];
+    const [scheduled] = outcome as { status: number; assignment: { message_id: string } }[];
+    await store.commit([{ op: 'heartbeat', agent: 'qa', now: Date.now() }]);
+    expect(store.synchronous).toBe('normal');
+    const { results } = await store.commit([
+      {
+        op: 'cancel_scheduled',
+        sender: 'pm',
+        messageId: scheduled!.assignment.message_id,
+        now: Date.now(),
+      },
+    ]);
+    expect(results).toEqual([{ ok: { cancelled: true } }]);
+    expect(store.synchronous).toBe('full');
+    await store.close();
+  });
+
   it('stays NORMAL throughout with AGW_SYNC=normal', async () => {
     const store = new SqliteStore(join(dir, 'n.db'), { sync: 'normal' });
     await store.ensureChannels(['@qa']);

@@ -98,6 +98,8 @@ const WRITES_MESSAGES: ReadonlySet<StoreOp['op']> = new Set([
   'resume',
   'redrive_create',
   'audit',
+  // a cancel answered 204 must not come back after a crash and let the message fire
+  'cancel_scheduled',
 ]);
 
 /**
