@@ -17,7 +17,7 @@ import type { GroupCommit } from './group-commit.js';
 import { pageParts } from './response-budget.js';
 import { assertReader, readableChannels, route } from './routing.js';
 import type { SendRates } from './send-rate.js';
-import type { Topology } from './topology.js';
+import { OPERATOR_PREFIX, type Topology } from './topology.js';
 
 export interface WriteContext {
   readonly topology: Topology;
@@ -304,7 +304,19 @@ function toDraft(
     recipients,
     ...traceOf(envelope, headers),
     ...timesOf(envelope, receivedAt, ctx.maxScheduleMs ?? DEFAULT_MAX_SCHEDULE_MS),
+    ...auditedAs(ctx.topology, sender),
   };
+}
+
+/**
+ * Whose messages the audit log records, with the message in its transaction, whichever route
+ * they came by (a sidecar forwards in batches): an operator's, and the alerts_to agent's
+ * continuations of a thread (rules/operators.ts messageAudit).
+ */
+function auditedAs(topology: Topology, sender: string): Pick<MessageDraft, 'audited'> {
+  if (sender.startsWith(OPERATOR_PREFIX)) return { audited: 'message' };
+  if (sender === topology.alertsTo) return { audited: 'continuation' };
+  return {};
 }
 
 /**

@@ -292,28 +292,11 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       who: 'sender',
       body: { limit: maxBytes, parse: raw },
       handler: async ({ ctx, body, req }) => {
+        // an operator's message and a continuation are audited in their commit (messages.ts)
         const { status, ack } = await metrics.counted(
           postMessage(write, ctx.agent, body, traceFromHeaders(req.headers)),
           (r) => (r.ack.duplicate ? 'duplicate' : 'created'),
         );
-        if (ctx.operator !== undefined && !ack.duplicate) {
-          await d.acts.record({
-            at: write.now(),
-            actor: ctx.operator,
-            action: 'message',
-            target: ack.message_id,
-            detail: { channel: ack.channel, thread_id: ack.thread_id ?? null },
-          });
-        } else if (ctx.overseer && !ack.duplicate && ack.thread_id !== ack.message_id) {
-          // the alerts_to agent's message in a thread: a continuation (its budget starts again)
-          await d.acts.record({
-            at: write.now(),
-            actor: ctx.agent,
-            action: 'continuation',
-            target: ack.message_id,
-            detail: { channel: ack.channel, thread_id: ack.thread_id },
-          });
-        }
         return { status, body: ack };
       },
     }),

@@ -65,6 +65,12 @@ export interface MessageDraft {
    * and acknowledged with a null sequence, sent by the due timer's sweep. Undefined: now.
    */
   readonly deliverAt?: number;
+  /**
+   * Audited in the transaction that stores it (CONTRACT "Audit log"; rules/operators.ts
+   * messageAudit): an operator's message ('message'), or the alerts_to agent's
+   * ('continuation', entered only when it continues a thread). Undefined: not audited.
+   */
+  readonly audited?: 'message' | 'continuation';
 }
 
 export type AppendOutcome =

@@ -27,7 +27,7 @@ import {
   type LaneHeadRow,
   POLL_MARK_MS,
 } from '../rules/journey.js';
-import { type AuditRow, auditView, redriveState } from '../rules/operators.js';
+import { type AuditRow, auditView, messageAudit, redriveState } from '../rules/operators.js';
 import { DELIVERY_FIELDS_BYTES, fittingAsync } from '../rules/page-bytes.js';
 import {
   agentState,
@@ -481,6 +481,8 @@ export class PgStore implements Store {
               tx.toCome.set(r, (tx.toCome.get(r) ?? 0) + 1);
             }
             if ((d.replyToId ?? null) !== null || d.replyTo !== null) drafts.push(d);
+            // an operator's or alerts_to's message may append to the audit log (#append)
+            audits ||= d.audited !== undefined;
           }
           break;
         case 'ack':
@@ -660,12 +662,14 @@ export class PgStore implements Store {
       }
     }
     this.#threads.record(tx, placed, d.receivedAt);
-    if (d.deliverAt !== undefined)
-      return { status: 201, assignment: this.#schedule(tx, d, placed) };
-    return {
-      status: 201,
-      assignment: await this.#store(tx, uuidv7(d.receivedAt), d, placed, d.receivedAt),
-    };
+    const a =
+      d.deliverAt !== undefined
+        ? this.#schedule(tx, d, placed)
+        : await this.#store(tx, uuidv7(d.receivedAt), d, placed, d.receivedAt);
+    // in this transaction (its lock taken by #lockGroup): the message and its entry together
+    const audit = messageAudit(d, a);
+    if (audit !== undefined) await appendAudit(tx, audit);
+    return { status: 201, assignment: a };
   }
 
   /**

@@ -3,11 +3,13 @@
  * hash chain, the words of a full-text query, a redrive's selection. Pure.
  */
 import { createHash, randomBytes } from 'node:crypto';
+import type { Assignment } from '../../protocol/envelope.js';
 import { GatewayError } from '../../protocol/errors.js';
 import type {
   AuditDraft,
   AuditEntry,
   DeadLetterFilter,
+  MessageDraft,
   PauseAnswer,
   RedriveSelection,
   RedriveState,
@@ -55,6 +57,24 @@ export function auditEntry(seq: number, draft: AuditDraft, prevHash: string): Au
     detail: JSON.parse(JSON.stringify(draft.detail)) as Record<string, unknown>,
   };
   return { ...body, prev_hash: prevHash, hash: auditHash(prevHash, body) };
+}
+
+/**
+ * The audit entry a stored message makes (MessageDraft.audited), appended in the transaction that
+ * stores it, so that the message and its entry are durable together or not at all: an
+ * operator's message, and the alerts_to agent's message in a thread (a continuation: the
+ * thread's budget starts again). Undefined: nothing to audit.
+ */
+export function messageAudit(d: MessageDraft, a: Assignment): AuditDraft | undefined {
+  if (d.audited === undefined) return undefined;
+  if (d.audited === 'continuation' && a.thread_id === a.message_id) return undefined;
+  return {
+    at: d.receivedAt,
+    actor: d.sender,
+    action: d.audited,
+    target: a.message_id,
+    detail: { channel: a.channel, thread_id: a.thread_id },
+  };
 }
 
 /**

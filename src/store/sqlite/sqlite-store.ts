@@ -14,6 +14,7 @@ import {
   type LaneHeadRow,
   POLL_MARK_MS,
 } from '../rules/journey.js';
+import { messageAudit } from '../rules/operators.js';
 import { DELIVERY_FIELDS_BYTES, fitting } from '../rules/page-bytes.js';
 import {
   agentState,
@@ -386,10 +387,16 @@ export class SqliteStore implements Store {
         return rejected(refused);
       }
     }
-    if (d.deliverAt !== undefined) return this.#schedule(d, placed);
-    this.#threads.record(placed, d.receivedAt);
-    const m = this.#store(uuidv7(d.receivedAt), d, placed, d.receivedAt);
-    return { status: 201, assignment: m.assignment };
+    let a: Assignment;
+    if (d.deliverAt !== undefined) a = this.#schedule(d, placed);
+    else {
+      this.#threads.record(placed, d.receivedAt);
+      a = this.#store(uuidv7(d.receivedAt), d, placed, d.receivedAt).assignment;
+    }
+    // in this transaction: the message and its audit entry are durable together
+    const audit = messageAudit(d, a);
+    if (audit !== undefined) this.#ops.appendAudit(audit);
+    return { status: 201, assignment: a };
   }
 
   /**
@@ -430,7 +437,7 @@ export class SqliteStore implements Store {
    * null sequence. Its thread counts it now (budgets are taken at send); it takes its sequence
    * and makes its copies when the sweep fires it.
    */
-  #schedule(d: MessageDraft, placed: Placement): AppendOutcome {
+  #schedule(d: MessageDraft, placed: Placement): Assignment {
     const id = uuidv7(d.receivedAt);
     this.#s.insertScheduled.run(
       id,
@@ -445,8 +452,7 @@ export class SqliteStore implements Store {
     this.#threads.record(placed, d.receivedAt);
     this.#holdsMessage = true;
     this.#fx.timingChanged = true;
-    const a = assignment(id, d.channel, null, d.receivedAt, d, placed.threadId ?? id, placed.hop);
-    return { status: 201, assignment: a };
+    return assignment(id, d.channel, null, d.receivedAt, d, placed.threadId ?? id, placed.hop);
   }
 
   /** Sends the scheduled messages due by `now`, in (deliver_at, id) order. */
