@@ -346,8 +346,9 @@ export class DeliveryService {
     return this.#store.deadLetters(after, limit, maxBytes, filter);
   }
 
+  /** A replay by an operator or alerts_to, audited in its commit when it replays. */
   replayDeadLetter(id: number, by: string): Promise<OpResults['replay_dead_letter']> {
-    return this.#commits.run({ op: 'replay_dead_letter', id, now: this.#now(), by });
+    return this.#commits.run({ op: 'replay_dead_letter', id, now: this.#now(), by, audited: true });
   }
 
   /** Parked polls wake and the timer re-arms; the alerts' CRIT entries are events.ts's. */

@@ -60,11 +60,8 @@ export class OperatorActs {
   async pause(agent: string, by: string, resume: boolean): Promise<PauseAnswer> {
     const now = this.#o.now();
     const op = resume ? 'resume' : 'pause';
-    const [answer] = await Promise.all([
-      this.#o.commits.run({ op, agent, by, now }),
-      this.#audit({ at: now, actor: by, action: op, target: agent, detail: {} }),
-    ]);
-    return answer;
+    // audited in its commit (rules/operators.ts actAudit)
+    return this.#o.commits.run({ op, agent, by, now, audited: true });
   }
 
   async redrive(
@@ -80,13 +77,7 @@ export class OperatorActs {
       selection,
       rate,
       now,
-    });
-    await this.#audit({
-      at: now,
-      actor: by,
-      action: 'redrive',
-      target: made.redrive_id,
-      detail: { ...selection, rate, count: made.count },
+      audited: true,
     });
     this.#schedule(made.redrive_id, rate);
     return made;
@@ -98,12 +89,11 @@ export class OperatorActs {
     return r;
   }
 
-  /** An act already done (a replay, an operator's message), written after it. */
+  /**
+   * An event that is not an act on the store (a start, a stop, a reload, failed
+   * authentication): an entry alone. An act is audited in its own commit (actAudit).
+   */
   record(entry: AuditDraft): Promise<unknown> {
-    return this.#audit(entry);
-  }
-
-  #audit(entry: AuditDraft): Promise<unknown> {
     return this.#o.commits.run({ op: 'audit', entry });
   }
 

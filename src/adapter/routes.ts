@@ -537,15 +537,7 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
           throw new GatewayError('not_found', `no endpoint for dead letter "${params.id}"`);
         const r = await delivery.replayDeadLetter(id, ctx.agent);
         if (r === undefined) throw new GatewayError('unknown_dead_letter', `no dead letter ${id}`);
-        if (r.replayed) {
-          await d.acts.record({
-            at: write.now(),
-            actor: ctx.agent,
-            action: 'replay',
-            target: `dead_letter:${id}`,
-            detail: { delivery_id: r.delivery_id },
-          });
-        }
+        // audited in its commit when it replayed (rules/operators.ts actAudit)
         return { status: r.replayed ? 201 : 200, body: r };
       },
     }),

@@ -342,6 +342,8 @@ export type StoreOp =
       readonly now: number;
       /** Who replayed it (its `redriven` event says), when known. */
       readonly by?: string;
+      /** Audited in its transaction when it replays (rules/operators.ts actAudit). */
+      readonly audited?: boolean;
     }
   /**
    * Raises (or counts `count`, default 1, towards) an aggregated alert about `recipient`;
@@ -365,6 +367,8 @@ export type StoreOp =
       readonly agent: string;
       readonly by: string;
       readonly now: number;
+      /** Audited in its transaction (rules/operators.ts actAudit). */
+      readonly audited?: boolean;
     }
   /**
    * A bulk redrive of dead letters: the selection (ids, or a filter), the dead letters existing
@@ -378,6 +382,8 @@ export type StoreOp =
       readonly selection: RedriveSelection;
       readonly rate: number;
       readonly now: number;
+      /** Audited in its transaction (rules/operators.ts actAudit). */
+      readonly audited?: boolean;
     }
   /**
    * Replays up to `max` more dead letters of redrive `id`, in message order (each channel's

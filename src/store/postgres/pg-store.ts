@@ -27,7 +27,13 @@ import {
   type LaneHeadRow,
   POLL_MARK_MS,
 } from '../rules/journey.js';
-import { type AuditRow, auditView, messageAudit, redriveState } from '../rules/operators.js';
+import {
+  type AuditRow,
+  actAudit,
+  auditView,
+  messageAudit,
+  redriveState,
+} from '../rules/operators.js';
 import { DELIVERY_FIELDS_BYTES, fittingAsync } from '../rules/page-bytes.js';
 import {
   agentState,
@@ -466,6 +472,8 @@ export class PgStore implements Store {
       ),
     );
     for (const [i, op] of ops.entries()) {
+      // an operator's act appends its audit entry (#settle)
+      if ('audited' in op && op.audited === true) audits = true;
       switch (op.op) {
         case 'cancel_scheduled':
           if (cancels[i] !== undefined) channels.add(cancels[i]!.channel);
@@ -575,7 +583,11 @@ export class PgStore implements Store {
   /** One operation; a GatewayError (thrown before it wrote anything) settles it alone. */
   async #settle(tx: Tx, op: StoreOp): Promise<Settled> {
     try {
-      return { ok: await this.#run(tx, op) };
+      const ok = await this.#run(tx, op);
+      // an operator's act and its audit entry: one transaction (its lock taken by #lockGroup)
+      const act = actAudit(op, ok);
+      if (act !== undefined) await appendAudit(tx, act);
+      return { ok };
     } catch (err) {
       if (isGatewayError(err)) return { err };
       throw err;

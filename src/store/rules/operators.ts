@@ -10,9 +10,11 @@ import type {
   AuditEntry,
   DeadLetterFilter,
   MessageDraft,
+  OpResults,
   PauseAnswer,
   RedriveSelection,
   RedriveState,
+  StoreOp,
 } from '../store.js';
 
 /** The first entry's prev_hash. */
@@ -75,6 +77,44 @@ export function messageAudit(d: MessageDraft, a: Assignment): AuditDraft | undef
     target: a.message_id,
     detail: { channel: a.channel, thread_id: a.thread_id },
   };
+}
+
+/**
+ * The audit entry of an operator's act done by `op` (one marked `audited`), from its result,
+ * appended in the same transaction: the act and its entry are durable together or not at all.
+ * A replay is audited when it replayed (a second replay of the same dead letter is not an act).
+ */
+export function actAudit(op: StoreOp, result: unknown): AuditDraft | undefined {
+  switch (op.op) {
+    case 'pause':
+    case 'resume':
+      if (op.audited !== true) return undefined;
+      return { at: op.now, actor: op.by, action: op.op, target: op.agent, detail: {} };
+    case 'replay_dead_letter': {
+      const r = result as OpResults['replay_dead_letter'];
+      if (op.audited !== true || r === undefined || !r.replayed) return undefined;
+      return {
+        at: op.now,
+        actor: op.by ?? 'adapter',
+        action: 'replay',
+        target: `dead_letter:${op.id}`,
+        detail: { delivery_id: r.delivery_id },
+      };
+    }
+    case 'redrive_create': {
+      if (op.audited !== true) return undefined;
+      const made = result as OpResults['redrive_create'];
+      return {
+        at: op.now,
+        actor: op.by,
+        action: 'redrive',
+        target: made.redrive_id,
+        detail: { ...op.selection, rate: op.rate, count: made.count },
+      };
+    }
+    default:
+      return undefined;
+  }
 }
 
 /**

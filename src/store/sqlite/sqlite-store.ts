@@ -14,7 +14,7 @@ import {
   type LaneHeadRow,
   POLL_MARK_MS,
 } from '../rules/journey.js';
-import { messageAudit } from '../rules/operators.js';
+import { actAudit, messageAudit } from '../rules/operators.js';
 import { DELIVERY_FIELDS_BYTES, fitting } from '../rules/page-bytes.js';
 import {
   agentState,
@@ -296,6 +296,9 @@ export class SqliteStore implements Store {
   #settle(op: StoreOp): Settled {
     try {
       const ok = this.#run(op);
+      // an operator's act and its audit entry: one transaction
+      const act = actAudit(op, ok);
+      if (act !== undefined) this.#ops.appendAudit(act);
       this.#writeDueAlerts();
       return { ok };
     } catch (err) {

@@ -16,6 +16,7 @@ import type {
 import { type DeadLetter, draft, type Harness, idsOf, type Open, T0 } from './harness.js';
 
 const ALICE = 'operator:alice';
+const iso = (ms: number): string => new Date(ms).toISOString();
 
 /** The message_ids a search answers, and its cursor. */
 async function search(
@@ -527,6 +528,78 @@ export function operatorsConformance(name: string, open: Open): void {
         entry: { at: T0 + 3, actor: ALICE, action: 'redrive', target: 'rd_1', detail: {} },
       });
       expect(next).toMatchObject({ seq: 4, prev_hash: prev });
+    });
+
+    it('audits an act marked audited in its own commit, from its result; nothing for the unmarked', async () => {
+      const h = await open();
+      await h.send(draft({ channel: '@qa', at: T0 }));
+      const dl = await rejectNext(h, 'qa', T0 + 1);
+      // unmarked (a redrive's step, a test): no entry
+      await h.one(pause('qa', T0 + 2));
+      await h.one(pause('qa', T0 + 3, 'resume'));
+      expect(await h.store.audit(0, 10)).toEqual([]);
+      await h.one({ ...pause('qa', T0 + 4), audited: true });
+      const replayed = await h.one({
+        op: 'replay_dead_letter',
+        id: dl,
+        now: T0 + 5,
+        by: ALICE,
+        audited: true,
+      });
+      // a second replay of it replays nothing: no act, no entry
+      await h.one({ op: 'replay_dead_letter', id: dl, now: T0 + 6, by: ALICE, audited: true });
+      // the agent was paused: the redrive's count is of what exists, not what is handed out
+      const made = await h.one({
+        op: 'redrive_create',
+        id: newRedriveId(),
+        by: ALICE,
+        selection: { filter: { recipient: 'qa' } },
+        rate: 5,
+        now: T0 + 7,
+        audited: true,
+      });
+      // an operator's message stored by the same group as its entry
+      const [sent] = await h.send({
+        ...draft({ channel: '@qa', sender: ALICE, at: T0 + 8 }),
+        audited: 'message',
+      });
+      const entries = await h.store.audit(0, 10);
+      expect(
+        entries.map(({ seq, at, actor, action, target, detail }) => ({
+          seq,
+          at,
+          actor,
+          action,
+          target,
+          detail,
+        })),
+      ).toEqual([
+        { seq: 1, at: iso(T0 + 4), actor: ALICE, action: 'pause', target: 'qa', detail: {} },
+        {
+          seq: 2,
+          at: iso(T0 + 5),
+          actor: ALICE,
+          action: 'replay',
+          target: `dead_letter:${dl}`,
+          detail: { delivery_id: replayed!.delivery_id },
+        },
+        {
+          seq: 3,
+          at: iso(T0 + 7),
+          actor: ALICE,
+          action: 'redrive',
+          target: made.redrive_id,
+          detail: { filter: { recipient: 'qa' }, rate: 5, count: made.count },
+        },
+        {
+          seq: 4,
+          at: iso(T0 + 8),
+          actor: ALICE,
+          action: 'message',
+          target: sent!.message_id,
+          detail: { channel: '@qa', thread_id: sent!.thread_id },
+        },
+      ]);
     });
 
     it("tells each channel's last sequence number", async () => {
