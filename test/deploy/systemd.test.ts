@@ -1,16 +1,19 @@
 /**
  * The systemd units (k8s/systemd/) run the installed command with what it needs and little
  * more: they set only known AGW_* variables; the adapter unit is Type=notify with the seed
- * restart policy; ExecStart is where Debian's npm installs the command (`npm install -g`,
- * prefix /usr/local); `systemd-analyze security --offline=yes` rates each unit at most 4.0
+ * restart policy; ExecStart names the command package.json links, without a folder, and
+ * systemd finds it where `npm install -g` puts it under this machine's npm prefix, /usr/local and
+ * /usr alike (`systemd-analyze verify --root` with the command there, and not without it);
+ * `systemd-analyze security --offline=yes` rates each unit at most 4.0
  * ("OK"), the adapter with its TLS drop-in too; W^X stays off (V8's JIT writes the code it runs);
- * the watch unit may reach only the loopback, where its forward URL points; and each unit, with
+ * the TLS drop-in points at the files themselves, so renewals are read again without a
+ * restart; the watch unit may reach only the loopback, where its forward URL points; and each unit, with
  * the drop-in, passes `systemd-analyze verify` without a warning (verify runs offline: it needs
  * no running systemd, only the binary).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ADAPTER_SETTINGS } from '../../src/adapter/settings.js';
 import { CLI } from '../helpers/cli.js';
@@ -22,8 +25,13 @@ const UNITS = readdirSync(UNIT_DIR).filter((f) => f.endsWith('.service'));
 /** The adapter's TLS drop-in, installed as agent-gateway-adapter.service.d/tls.conf. */
 const TLS_DROP_IN = 'agent-gateway-adapter-tls.conf';
 const ADAPTER_ENV = new Set<string>(Object.values(ADAPTER_SETTINGS).map((s) => s.env));
-/** Where `npm install -g agent-gateway` puts the command with Debian's npm (prefix /usr/local). */
-const INSTALLED = '/usr/local/bin/agent-gateway';
+/**
+ * The command `npm install -g agent-gateway` links (package.json's bin), as ExecStart names it:
+ * without a folder, so systemd looks it up in its own search path.
+ */
+const COMMAND = Object.keys(
+  (JSON.parse(readFileSync(join(K8S, '..', 'package.json'), 'utf8')) as { bin: object }).bin,
+)[0]!;
 /** systemd-analyze's line between "OK" and "MEDIUM": the most exposure we accept. */
 const MAX_EXPOSURE = 4.0;
 
@@ -37,12 +45,12 @@ const ANALYZE = existsSync('/usr/bin/systemd-analyze') ? '/usr/bin/systemd-analy
  * systemd-analyze finds drop-ins of a unit it is given by path); `execStart` replaces the
  * installed command (verify checks that it is an executable).
  */
-function install(dir: string, execStart = INSTALLED): void {
+function install(dir: string, execStart = COMMAND): void {
   mkdirSync(join(dir, 'agent-gateway-adapter.service.d'), { recursive: true });
   for (const u of UNITS)
     writeFileSync(
       join(dir, u),
-      text(u).replace(`ExecStart=${INSTALLED}`, `ExecStart=${execStart}`),
+      text(u).replace(`ExecStart=${COMMAND} `, `ExecStart=${execStart} `),
     );
   writeFileSync(join(dir, 'agent-gateway-adapter.service.d', 'tls.conf'), text(TLS_DROP_IN));
 }
@@ -76,24 +84,62 @@ describe('systemd units (k8s/systemd/)', () => {
     ])
       expect(adapter).toContain(line);
     expect(adapter).toMatch(/^WatchdogSec=\d+/m);
-    // the drop-in's TLS files are the credentials it loads
+    // the drop-in's TLS files are read where they are (so a renewal is read again, with no
+    // restart: a LoadCredential= copy would be taken once, at start), the key through a group
     const dropIn = text(TLS_DROP_IN);
-    const credentials = new Set(values(dropIn, 'LoadCredential').map((c) => c.split(':')[0]));
+    expect(values(dropIn, 'LoadCredential')).toEqual([]);
+    expect(values(dropIn, 'SupplementaryGroups')).toEqual(['ssl-cert']);
     for (const v of ['AGW_TLS_CERT', 'AGW_TLS_KEY', 'AGW_TLS_CLIENT_CA']) {
       const [file] = values(dropIn, 'Environment')
         .filter((e) => e.startsWith(`${v}=`))
         .map((e) => e.slice(v.length + 1));
-      expect(file, v).toMatch(/^%d\//);
-      expect(credentials.has(file!.slice(3)), v).toBe(true);
+      expect(file, v).toMatch(/^\/etc\/agent-gateway\/tls\/[a-z-]+\.(crt|key)$/);
     }
   });
 
-  it('run the command where `npm install -g` puts it on Debian', () => {
+  it('name the command without a folder, for systemd to find in its search path', () => {
     for (const u of UNITS) {
       const [execStart] = values(text(u), 'ExecStart');
-      expect(execStart?.split(' ')[0], u).toBe(INSTALLED);
+      expect(execStart?.split(' ')[0], u).toBe(COMMAND);
     }
   });
+
+  it.runIf(ANALYZE !== undefined)(
+    "run the command where `npm install -g` puts it: this machine's npm prefix, /usr/local and /usr",
+    () => {
+      // where this machine's npm links a global command, and where systemd looks
+      const prefix = spawnSync('npm', ['prefix', '-g'], { encoding: 'utf8' }).stdout.trim();
+      expect(prefix).toMatch(/^\//);
+      const searched = spawnSync('systemd-path', ['search-binaries-default'], { encoding: 'utf8' })
+        .stdout.trim()
+        .split(':');
+      expect(searched).toContain(join(prefix, 'bin'));
+      // verify, run on a root holding the command where each prefix links it, finds it there;
+      // on a root without it, it names the command it could not find (so the check can fail)
+      for (const p of new Set([prefix, '/usr/local', '/usr'])) {
+        for (const linked of [true, false]) {
+          const root = join(dir, `root-${p.replaceAll('/', '_')}-${linked}`);
+          const units = join(root, 'etc/systemd/system');
+          install(units);
+          // what verify loads with a unit: systemd's own units, and ExecReload's kill
+          cpSync('/lib/systemd/system', join(root, 'usr/lib/systemd/system'), { recursive: true });
+          for (const exe of [...(linked ? [join(p, 'bin', COMMAND)] : []), '/bin/kill']) {
+            mkdirSync(join(root, dirname(exe)), { recursive: true });
+            writeFileSync(join(root, exe), '#!/bin/sh\n', { mode: 0o755 });
+          }
+          for (const u of UNITS) {
+            const out = spawnSync(ANALYZE!, ['verify', `--root=${root}`, u], { encoding: 'utf8' });
+            if (linked) {
+              expect(out.status, `${p} ${u}: ${out.stderr}`).toBe(0);
+              expect(out.stderr, `${p} ${u}`).toBe('');
+            } else {
+              expect(out.stderr, `${p} ${u}`).toContain(`Command ${COMMAND} is not executable`);
+            }
+          }
+        }
+      }
+    },
+  );
 
   it('leave writable-executable memory allowed: Node dies at start without it', () => {
     // V8 writes machine code and then makes it executable; MemoryDenyWriteExecute=yes refuses
