@@ -59,12 +59,22 @@ interface Failures {
 }
 
 const MINUTE_MS = 60_000;
+/** Source addresses counted apart in a minute's failed authentications. */
+export const MAX_SOURCES = 10_000;
+/** The audit target of the failures of the addresses past MAX_SOURCES in a minute. */
+export const OTHER_SOURCES = 'other addresses';
 
 export class Credentials {
   readonly #o: CredentialsOptions;
   #topology: Topology;
-  /** The agent each TLS connection's certificate names (or null: none), read once per socket. */
-  readonly #peers = new WeakMap<object, string | null>();
+  /**
+   * The agent each TLS connection's certificate names (or null: none), read once per socket and
+   * topology: a reload that gives a subject to another agent is seen by open connections too.
+   */
+  readonly #peers = new WeakMap<
+    object,
+    { readonly topology: Topology; readonly agent: string | null }
+  >();
   #failures = new Map<string, Failures>();
   #minute: number;
   #flushTimer: NodeJS.Timeout | undefined;
@@ -124,7 +134,7 @@ export class Credentials {
   /** The agent the connection's client certificate names, null for none; 401 without one. */
   #certified(socket: TLSSocket): string | null {
     const known = this.#peers.get(socket);
-    if (known !== undefined) return known;
+    if (known !== undefined && known.topology === this.#topology) return known.agent;
     // `authorized` alone is not enough: a connection that resumes the TLS session of one that
     // showed no certificate is reported authorized (OpenSSL keeps the session's verify result,
     // which is "ok" when nothing was verified), so a certificate must be there too
@@ -142,7 +152,7 @@ export class Credentials {
       .filter((n) => n.startsWith('URI:'))
       .map((n) => n.slice(4));
     const agent = agentForUris(this.#topology, uris)?.id ?? null;
-    this.#peers.set(socket, agent);
+    this.#peers.set(socket, { topology: this.#topology, agent });
     return agent;
   }
 
@@ -200,11 +210,13 @@ export class Credentials {
     const minute = Math.floor(this.#o.now() / MINUTE_MS);
     if (minute !== this.#minute) this.flushFailures();
     this.#minute = minute;
-    const source = req.socket.remoteAddress ?? 'unknown';
+    const address = req.socket.remoteAddress ?? 'unknown';
+    // bounded: one entry per address a minute, up to MAX_SOURCES of them; the failures of
+    // addresses past that are counted together in one more entry, never dropped
+    const source =
+      this.#failures.has(address) || this.#failures.size < MAX_SOURCES ? address : OTHER_SOURCES;
     let f = this.#failures.get(source);
     if (f === undefined) {
-      // bounded: a flood from many addresses is still one entry each, flushed every minute
-      if (this.#failures.size >= 10_000) return;
       f = { count: 0, codes: {} };
       this.#failures.set(source, f);
     }

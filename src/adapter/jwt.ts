@@ -10,6 +10,7 @@
  * remembered (by its text, up to its `exp`) and a signature is checked once per token, not per
  * request. A new key set forgets them all.
  */
+import { createPublicKey, type JsonWebKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createLocalJWKSet, errors, type JSONWebKeySet, jwtVerify } from 'jose';
 import { GatewayError } from '../protocol/errors.js';
@@ -74,6 +75,8 @@ export class JwtVerifier {
         audience: this.settings.audience,
         clockTolerance: CLOCK_TOLERANCE_S,
         currentDate: new Date(now),
+        // a token without exp would never expire: refused (projected tokens carry one)
+        requiredClaims: ['exp'],
       }));
     } catch (err) {
       if (err instanceof errors.JWTExpired)
@@ -82,7 +85,7 @@ export class JwtVerifier {
     }
     if (typeof payload.sub !== 'string' || payload.sub === '')
       throw new GatewayError('unauthorized', 'the JWT has no sub: it names no workload');
-    const expMs = typeof payload.exp === 'number' ? payload.exp * 1000 : Number.POSITIVE_INFINITY;
+    const expMs = (payload.exp as number) * 1000; // required above: jose checked it is a number
     if (this.#remembered.size >= REMEMBERED) {
       const oldest = this.#remembered.keys().next().value;
       if (oldest !== undefined) this.#remembered.delete(oldest);
@@ -133,6 +136,13 @@ function loadKeySet(path: string): ReturnType<typeof createLocalJWKSet> {
     if (k.kty !== 'RSA' && k.kty !== 'EC' && k.kty !== 'OKP')
       fail(`keys.${i}: kty ${JSON.stringify(k.kty)}: only RSA, EC and OKP keys are taken`);
     if ('d' in k) fail(`keys.${i}: holds a private key part ("d"): give the public key set only`);
+    // imported now, not at the first token (jose imports lazily): a key whose material is
+    // broken is refused at start or at the reload, not discovered by every agent's 401
+    try {
+      createPublicKey({ key: k as JsonWebKey, format: 'jwk' });
+    } catch (err) {
+      fail(`keys.${i}: cannot be imported: ${firstLine((err as Error).message)}`);
+    }
   });
   try {
     return createLocalJWKSet(set);

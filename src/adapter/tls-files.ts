@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { createSecureContext, type Server as TlsServer } from 'node:tls';
 import type { TlsOptions } from '../protocol/http-server.js';
+import { pemCertificates } from '../protocol/pem.js';
 import { SettingsError } from '../settings.js';
 
 export interface TlsPaths {
@@ -40,7 +41,10 @@ export function loadTls(paths: TlsPaths): TlsOptions {
     );
   }
   if (ca !== undefined) {
+    // every certificate parsed: createSecureContext takes a truncated block or a file of keys
+    // without a word, and then verifies no client (every agent locked out)
     try {
+      pemCertificates(ca);
       createSecureContext({ ca });
     } catch (err) {
       throw new SettingsError(`AGW_TLS_CLIENT_CA: ${paths.clientCa}: ${tlsProblem(err)}`);

@@ -70,8 +70,20 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     notify.close();
     return code;
   };
-  let adapter: Awaited<ReturnType<typeof startAdapter>>;
+  let adapter: Awaited<ReturnType<typeof startAdapter>> | undefined;
   let store: Store;
+  // SIGHUP: credentials (topology tokens, subjects, operators; the JWKS) and the TLS files are
+  // re-read; what cannot be used is refused with a log line and the old stays. Taken from the
+  // first moment (node's default for SIGHUP ends the process): one that comes while the adapter
+  // starts is done once it has started, since the files may have changed after they were read.
+  let stopping = false;
+  let hupWhileStarting = false;
+  const hup = () => {
+    if (adapter === undefined) hupWhileStarting = true;
+    else if (!stopping) adapter.reload('SIGHUP');
+  };
+  process.on('SIGHUP', hup);
+  logger.debug('adapter starting: opening its store');
   try {
     // The composition root: the store is chosen here, from AGW_DB.
     store = await openStore(settings.db, storeOptions(settings, topology));
@@ -82,6 +94,7 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     const message = `adapter cannot start: its store cannot be opened: ${(err as Error).message}`;
     logger.fatal({ err, db: shownDb(settings.db) }, message);
     emergencies.raise({ reason: 'storage', message, fields: { AGW_DB: shownDb(settings.db) } });
+    process.off('SIGHUP', hup);
     return finish(1);
   }
   try {
@@ -97,19 +110,21 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     });
   } catch (err) {
     logger.fatal({ err }, `adapter cannot start: ${(err as Error).message}`);
+    process.off('SIGHUP', hup);
     return finish(1);
   }
+  const running = adapter;
+  if (hupWhileStarting) running.reload('SIGHUP');
   logger.info(
     { url: adapter.url, db: shownDb(settings.db), sync: settings.sync },
     `adapter listening on ${adapter.url}`,
   );
 
-  let stopping = false;
   const stopped = new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       stopping = true;
       logger.info({ signal }, 'adapter stopping: intake closed, finishing commits in flight');
-      adapter.close().then(
+      running.close().then(
         () => resolve(finish(0)),
         (err: unknown) => {
           logger.error({ err }, 'adapter did not stop cleanly');
@@ -120,12 +135,6 @@ export async function runAdapter(argv: readonly string[], env: NodeJS.ProcessEnv
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
-  // SIGHUP: credentials (topology tokens, subjects, operators; the JWKS) and the TLS files are
-  // re-read; what cannot be used is refused with a log line and the old stays
-  const hup = () => {
-    if (!stopping) adapter.reload('SIGHUP');
-  };
-  process.on('SIGHUP', hup);
   void stopped.then(() => process.off('SIGHUP', hup));
   const failed = async (err: unknown): Promise<number> => {
     logger.fatal({ err }, `adapter store failed its integrity check: ${(err as Error).message}`);

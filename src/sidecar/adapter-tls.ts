@@ -6,9 +6,10 @@
  * each change (credential-files.ts: a bad file is refused, the set before stays). Also what a
  * failed handshake means, in a sentence an operator can act on (tlsProblem).
  */
-import { createHash, createPrivateKey, type KeyObject, X509Certificate } from 'node:crypto';
+import { createHash, createPrivateKey, type KeyObject, type X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
+import { pemCertificates } from '../protocol/pem.js';
 
 /** The files, each a path (none set: the system's roots, no client certificate). */
 export interface AdapterTlsFiles {
@@ -62,7 +63,6 @@ export class TlsFileError extends Error {
   }
 }
 
-const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 const KEY_BLOCK = /-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----/;
 
 /**
@@ -129,20 +129,11 @@ function read(file: keyof AdapterTlsFiles, path: string): string {
 }
 
 function certificates(file: 'ca' | 'cert', path: string, text: string): X509Certificate[] {
-  const blocks = text.match(CERT_BLOCK);
-  if (blocks === null)
-    throw new TlsFileError(file, path, 'holds no PEM certificate (-----BEGIN CERTIFICATE-----)');
-  return blocks.map((block, i) => {
-    try {
-      return new X509Certificate(block);
-    } catch (err) {
-      throw new TlsFileError(
-        file,
-        path,
-        `its certificate ${i + 1} cannot be parsed (${(err as Error).message})`,
-      );
-    }
-  });
+  try {
+    return pemCertificates(text);
+  } catch (err) {
+    throw new TlsFileError(file, path, (err as Error).message);
+  }
 }
 
 function privateKey(path: string, text: string): KeyObject {

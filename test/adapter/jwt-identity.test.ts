@@ -39,15 +39,16 @@ function writeJwks(path: string, keys: readonly SigningKey[]): void {
 /** A token as a Kubernetes projected service-account token looks (one hour by default). */
 function token(
   key: SigningKey,
-  claims: { sub?: string; iss?: string; aud?: string; expS?: number; nbfS?: number } = {},
+  claims: { sub?: string; iss?: string; aud?: string; expS?: number | null; nbfS?: number } = {},
 ): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
   let jwt = new SignJWT({})
     .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'JWT' })
     .setIssuer(claims.iss ?? ISSUER)
     .setAudience(claims.aud ?? 'agent-gateway')
-    .setIssuedAt(now)
-    .setExpirationTime(now + (claims.expS ?? 3600));
+    .setIssuedAt(now);
+  // expS null: no exp at all
+  if (claims.expS !== null) jwt = jwt.setExpirationTime(now + (claims.expS ?? 3600));
   if (claims.sub !== '') jwt = jwt.setSubject(claims.sub ?? PM_SUB);
   if (claims.nbfS !== undefined) jwt = jwt.setNotBefore(now + claims.nbfS);
   return jwt.sign(key.privateKey);
@@ -126,6 +127,8 @@ describe('a refused token', () => {
       ['another audience', token(es, { aud: 'vault' }), /aud/],
       ['not yet valid', token(es, { nbfS: 600 }), /nbf/],
       ['no sub', token(es, { sub: '' }), /no sub/],
+      // it would never expire: a token must carry exp
+      ['no exp', token(es, { expS: null }), /exp missing/],
       ['an unknown sub', token(es, { sub: 'system:serviceaccount:agents:mallory' }), /no agent/],
     ];
     for (const [what, jwt, why] of cases) {

@@ -188,6 +188,39 @@ describe('mTLS', () => {
   });
 });
 
+describe('a reload that moves a subject', () => {
+  it('binds the certificate of an open connection to the agent the new topology names', async () => {
+    const { topologyObject, writeTopology } = await import('../helpers/topology.js');
+    const b = await startTestAdapter({
+      tlsCert: serverCert(ca, 'adapter-moved').cert,
+      tlsKey: join(ca.dir, 'adapter-moved.key'),
+      tlsClientCa: ca.cert,
+    });
+    // a certificate that names no agent yet: any known token passes on it
+    const holder = new Agent({
+      connections: 1,
+      connect: {
+        ca: pem(ca.cert),
+        ...(() => {
+          const c = issue(ca, { cn: 'moved', uri: ['urn:agent:moved'] });
+          return { cert: pem(c.cert), key: pem(c.key) };
+        })(),
+      },
+    });
+    expect((await send(holder, b.url, 'pm')).status).toBe(201);
+    // qa now has that subject: the same connection's certificate is qa's
+    const t = topologyObject();
+    t.agents.find((x) => x.id === 'qa')!.subject = 'urn:agent:moved';
+    writeTopology(b.dir, t);
+    expect(b.adapter.reload('test')).toMatchObject({ taken: true });
+    const r = await send(holder, b.url, 'pm');
+    expect(r).toMatchObject({ status: 403, body: { error: 'identity_mismatch' } });
+    expect((await send(holder, b.url, 'qa', '@pm')).status).toBe(201);
+    await holder.close();
+    await b.stop();
+  });
+});
+
 describe('certificate rotation', () => {
   it('takes new files under traffic: no request fails, a parked poll finishes, new connections see the new certificate', async () => {
     const live = join(dir, 'live');

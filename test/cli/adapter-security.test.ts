@@ -14,9 +14,10 @@
  * test's SIGHUP: the tests assert outcomes (which token is taken), and where they name SIGHUP
  * they wait for the log line of the reload the signal itself caused, which comes either way.
  */
-import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { connect as tlsConnect } from 'node:tls';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { Agent, fetch as undiciFetch } from 'undici';
@@ -137,6 +138,31 @@ describe('bad security settings at start: exit 2, one line naming the variable',
     const line = await refused('ca-no-cert', { AGW_TLS_CLIENT_CA: ca.cert });
     expect(line).toContain('AGW_TLS_CLIENT_CA');
     expect(line).toContain('needs AGW_TLS_CERT and AGW_TLS_KEY');
+  });
+
+  it('AGW_TLS_CLIENT_CA holding a truncated certificate, or a key: no client could ever verify', async () => {
+    // node's createSecureContext takes both without a word and then verifies no client
+    const truncated = join(dir, 'truncated-ca.crt');
+    writeFileSync(truncated, '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n');
+    const tls = { AGW_TLS_CERT: server.cert, AGW_TLS_KEY: server.key };
+    const line = await refused('ca-truncated', { ...tls, AGW_TLS_CLIENT_CA: truncated });
+    expect(line).toContain(`AGW_TLS_CLIENT_CA: ${truncated}: its certificate 1 cannot be parsed`);
+    const key = await refused('ca-is-a-key', { ...tls, AGW_TLS_CLIENT_CA: server.key });
+    expect(key).toContain(`AGW_TLS_CLIENT_CA: ${server.key}: holds no PEM certificate`);
+  });
+
+  it('a JWKS whose key material cannot be imported', async () => {
+    const path = join(dir, 'bad-key.jwks');
+    const source = join(dir, 'for-bad-key.jwks');
+    await jwks(source);
+    const good = JSON.parse(readFileSync(source, 'utf8'));
+    // an EC key whose x is not a point coordinate
+    writeFileSync(path, JSON.stringify({ keys: [{ ...good.keys[0], x: 'zz' }] }));
+    const line = await refused('jwks-bad-key', {
+      AGW_JWT_JWKS: path,
+      AGW_JWT_ISSUER: 'https://issuer.test',
+    });
+    expect(line).toContain(`AGW_JWT_JWKS: ${path}: keys.0: cannot be imported`);
   });
 
   it('a JWKS file that is not JSON', async () => {
@@ -562,5 +588,52 @@ describe('credentials reload of a running adapter (SIGHUP and the file watch)', 
     // stopped by its pid: exit 0
     process.kill(pid, 'SIGTERM');
     expect((await adapter.exited).code).toBe(0);
+  });
+});
+
+describe('a SIGHUP while the adapter starts', { timeout: 30_000 }, () => {
+  it('is taken once it has started, not its end (node ends a process on SIGHUP by default)', async () => {
+    const d = sub('hup-at-start');
+    const child = spawn(
+      process.execPath,
+      [
+        CLI,
+        'adapter',
+        '--listen',
+        '127.0.0.1:0',
+        '--topology',
+        writeTopology(d, topologyObject()),
+        '--db',
+        join(d, 'adapter.db'),
+      ],
+      {
+        env: { PATH: process.env.PATH ?? '', AGW_LOG_LEVEL: 'debug' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    const said: string[] = [];
+    const heard = (text: string) =>
+      until(
+        () => said.some((m) => m.includes(text)),
+        () => `"${text}" in: ${said.join(' | ')}`,
+        { ms: 20_000 },
+      );
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      try {
+        const msg = (JSON.parse(line) as { msg?: string }).msg ?? '';
+        said.push(msg);
+        // told before the store is opened: the signal comes while it starts
+        if (msg.startsWith('adapter starting')) child.kill('SIGHUP');
+      } catch {}
+    });
+    try {
+      await heard('adapter ready');
+      await heard('credentials reloaded (SIGHUP)');
+      expect(child.exitCode).toBeNull();
+    } finally {
+      child.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
   });
 });
