@@ -297,13 +297,15 @@ describe('k8s/base/ and k8s/podman/', () => {
     expect(podman.containers.find((c: Doc) => c.name === 'agent').args.join(' ')).toContain(
       'wait-ready --url http://127.0.0.1:7070/readyz',
     );
-    // the token as a host file (Podman 4.3 mangles secret volumes), where the sidecar reads it
+    // the token in a host folder (Podman 4.3 mangles secret volumes), mounted read-only as a
+    // folder: a file replaced on the host (a new inode) is seen through a folder mount, never
+    // through a mount of the file itself, and the sidecar re-reads it when it changes
     const podmanSidecar = podman.containers.find((c: Doc) => c.name === 'gateway-sidecar');
     const tokenFile = podmanSidecar.env.find((e: Doc) => e.name === 'AGW_AGENT_TOKEN_FILE').value;
-    expect(podmanSidecar.volumeMounts.find((m: Doc) => m.name === 'token').mountPath).toBe(
-      tokenFile,
-    );
-    expect(podman.volumes.find((v: Doc) => v.name === 'token').hostPath.type).toBe('File');
+    const tokenMount = podmanSidecar.volumeMounts.find((m: Doc) => m.name === 'token');
+    expect(tokenMount.readOnly).toBe(true);
+    expect(tokenFile.startsWith(`${tokenMount.mountPath}/`)).toBe(true);
+    expect(podman.volumes.find((v: Doc) => v.name === 'token').hostPath.type).toBe('Directory');
   });
 
   it('agrees on images, ports and the adapter address across files', () => {

@@ -15,7 +15,15 @@
 #      refuses a request without a client certificate and a token of another agent on one;
 #   3. the adapter stopped: a send answers 202 queued, and an emergency written in the pod lands
 #      in journald as priority CRIT; the adapter started again: the queued message arrives next
-#      in its channel and engineering's outbox is empty.
+#      in its channel and engineering's outbox is empty;
+#   4. engineering's token rotated on the host as docs/deploy.md does it, each file written anew
+#      and renamed over the old one (a new inode, which a single-file bind mount would never
+#      show): the topology with the old and the new token's hash, the token file, the topology
+#      with the new hash only. The adapter reloads each topology (its log line; the old token 401
+#      at the end, the new one 200) and the sidecar takes the new token (its log line; a send
+#      through it is accepted once the old hash is gone), each within seconds, neither
+#      restarted. Before it, every file the two programs re-read on change is checked to be
+#      reached through a read-only directory mount, and no bind mount to be of a single file.
 #
 # Everything runs in a Podman store of its own (images, containers, volumes, networks, all under
 # one temp dir) and a journald namespace of its own; all of it is removed on exit, whatever
@@ -224,7 +232,7 @@ for agent in engineering qa; do
 done
 say "certificates made: a CA, the adapter's (agent-gateway-adapter), engineering's and qa's (SPIFFE URI SANs)"
 
-# --- the agent pods, from the shipped manifest: only the agent's name, the token file's, TLS
+# --- the agent pods, from the shipped manifest: only the agent's name, the token folder's, TLS
 # folder's and journald socket's host paths, and the image tag are replaced
 pod_manifest() {
   local agent=$1
@@ -241,12 +249,12 @@ pod_manifest() {
   grep -q 'value: "https://agent-gateway-adapter:8080"' "$WORK/agent-$agent.yaml" ||
     fail "k8s/podman/agent-pod.yaml: AGW_ADAPTER_URL is not https://agent-gateway-adapter:8080"
 }
-mkdir -p "$WORK/tokens"
 for agent in engineering qa; do
-  # the development tokens of examples/topology.yaml; owned by the sidecar's uid, as in production
-  printf %s "dev-token-$agent" >"$WORK/tokens/$agent"
-  chown 10001:10001 "$WORK/tokens/$agent"
-  chmod 0400 "$WORK/tokens/$agent"
+  # the development tokens of examples/topology.yaml, in the folder layout of docs/deploy.md
+  # (tokens/<agent>/token); owned by the sidecar's uid, as in production
+  install -d -o 10001 -g 10001 -m 0700 "$WORK/tokens/$agent"
+  printf %s "dev-token-$agent" |
+    install -o 10001 -g 10001 -m 0400 /dev/stdin "$WORK/tokens/$agent/token"
   pod_manifest "$agent"
   say "podman kube play agent-$agent (no adapter yet)"
   podman kube play --network agents "$WORK/agent-$agent.yaml" >"$WORK/play-$agent.log" 2>&1 ||
@@ -334,23 +342,39 @@ for _ in $(seq 50); do [ -S "$WORK/notify.sock" ] && break; sleep 0.1; done
 [ -S "$WORK/notify.sock" ] || fail "the sd_notify listener did not start"
 # as k8s/podman/agent-gateway-adapter.container runs it: read-only root, no capabilities, the
 # topology and the data volume mounted, journald's socket for its CRIT alerts, and the notify
-# socket passed into the container (Notify=true is --sdnotify=container), and its TLS files with
-# the Environment= lines that name them. The topology is examples/topology.yaml (k8s/base's
-# knows agents by service-account subjects, for Kubernetes), whose development tokens the
-# adapter takes only with AGW_ALLOW_DEV_TOKENS=1
-tls_env=()
-while IFS= read -r line; do tls_env+=(-e "$line"); done < <(
-  sed -n 's/^Environment=\(AGW_TLS_[A-Z_]*=.*\)$/\1/p' "$ROOT/k8s/podman/agent-gateway-adapter.container"
+# socket passed into the container (Notify=true is --sdnotify=container), and its topology and
+# TLS files: the unit's Volume= lines (host paths moved into $WORK) and the Environment= lines
+# that name the files in them. The topology is examples/topology.yaml (k8s/base's knows agents
+# by service-account subjects, for Kubernetes), in the folder the unit mounts, whose
+# development tokens the adapter takes only with AGW_ALLOW_DEV_TOKENS=1
+UNIT=$ROOT/k8s/podman/agent-gateway-adapter.container
+file_env=()
+while IFS= read -r line; do file_env+=(-e "$line"); done < <(
+  sed -n 's/^Environment=\(AGW_\(TLS_[A-Z_]*\|TOPOLOGY\)=.*\)$/\1/p' "$UNIT"
 )
-[ "${#tls_env[@]}" = 6 ] ||
-  fail "k8s/podman/agent-gateway-adapter.container: not the three AGW_TLS_* settings (${tls_env[*]})"
+[ "${#file_env[@]}" = 8 ] ||
+  fail "k8s/podman/agent-gateway-adapter.container: not the three AGW_TLS_* settings and AGW_TOPOLOGY (${file_env[*]})"
+TOPOLOGY=$(sed -n 's/^Environment=AGW_TOPOLOGY=//p' "$UNIT")
+volumes=()
+while IFS= read -r v; do
+  case ${v%%:*} in
+  /etc/agent-gateway/topology) volumes+=(-v "$WORK/topology:${v#*:}") ;;
+  /etc/agent-gateway/tls/adapter) volumes+=(-v "$TLS/adapter:${v#*:}") ;;
+  /run/systemd/journal/socket) volumes+=(-v "$JOURNAL_SOCKET:${v#*:}") ;;
+  /*) fail "k8s/podman/agent-gateway-adapter.container changed shape: Volume=$v is no host path this run knows" ;;
+  *) volumes+=(-v "$v") ;; # a named volume
+  esac
+done < <(sed -n 's/^Volume=//p' "$UNIT")
+[ "${#volumes[@]}" = 8 ] || fail "k8s/podman/agent-gateway-adapter.container: not four Volume= lines (${volumes[*]})"
+case $TOPOLOGY in
+/etc/agent-gateway/topology/*) ;;
+*) fail "k8s/podman/agent-gateway-adapter.container: AGW_TOPOLOGY=$TOPOLOGY is not in the topology folder it mounts" ;;
+esac
+install -d -m 0755 "$WORK/topology"
+install -m 0644 "$ROOT/examples/topology.yaml" "$WORK/topology/${TOPOLOGY##*/}"
 NOTIFY_SOCKET=$WORK/notify.sock podman create --name agent-gateway-adapter --network agents \
   --read-only --cap-drop all --security-opt no-new-privileges --sdnotify=container \
-  -e AGW_ALLOW_DEV_TOKENS=1 "${tls_env[@]}" \
-  -v "$TLS/adapter:/etc/agent-gateway/tls:ro" \
-  -v "$ROOT/examples/topology.yaml:/etc/agent-gateway/topology.yaml:ro" \
-  -v agent-gateway-adapter:/var/lib/agent-gateway \
-  -v "$JOURNAL_SOCKET:/run/systemd/journal/socket" \
+  -e AGW_ALLOW_DEV_TOKENS=1 "${file_env[@]}" "${volumes[@]}" \
   "localhost/agent-gateway-adapter:$VERSION" >/dev/null 2>"$WORK/adapter-create.log" ||
   { cat "$WORK/adapter-create.log"; fail "podman create adapter"; }
 start_adapter
@@ -376,6 +400,51 @@ for c in agent-gateway-adapter agent-engineering-gateway-sidecar; do
 done
 say "adapter and sidecar run as uid 10001 on a read-only root filesystem"
 
+# --- every file a program re-reads on change (the sidecar's token and TLS files; the adapter's
+# topology, JWKS and TLS files) is reached through a read-only FOLDER mount: a bind mount of the
+# file itself pins the inode it was made with, and a file written anew (step 4) never shows in
+# it. No bind mount is of a regular file. mounts VAR... (a VAR ending in ? may be unset): one
+# line naming the folder of each, from `podman inspect` of the running container
+mounts() {
+  local c=$1
+  shift
+  podman inspect "$c" >"$WORK/inspect-$c.json" || fail "podman inspect $c"
+  node -e '
+    const fs = require("fs");
+    const [c] = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+    const env = new Map(c.Config.Env.map((e) => [e.slice(0, e.indexOf("=")), e.slice(e.indexOf("=") + 1)]));
+    const binds = c.Mounts.filter((m) => m.Type === "bind");
+    const bad = binds.filter((m) => fs.statSync(m.Source).isFile())
+      .map((m) => `${m.Destination} is a bind mount of the file ${m.Source}`);
+    const seen = [];
+    for (const arg of process.argv.slice(2)) {
+      const name = arg.replace(/\?$/, "");
+      const path = env.get(name);
+      if (path === undefined) {
+        if (!arg.endsWith("?")) bad.push(`${name} is not set`);
+        continue;
+      }
+      const m = binds.filter((b) => path.startsWith(b.Destination.replace(/\/$/, "") + "/"))
+        .sort((a, b) => b.Destination.length - a.Destination.length)[0];
+      if (m === undefined) bad.push(`${name}=${path} is in no bind mount`);
+      else if (!fs.statSync(m.Source).isDirectory()) bad.push(`${name}=${path}: ${m.Destination} is no folder`);
+      else if (m.RW) bad.push(`${name}=${path}: ${m.Destination} is writable`);
+      else seen.push(`${name} in ${m.Destination}/`);
+    }
+    if (bad.length > 0) {
+      console.log(bad.join("; "));
+      process.exit(1);
+    }
+    console.log(seen.join(", "));
+  ' "$WORK/inspect-$c.json" "$@"
+}
+in_folders=$(mounts agent-engineering-gateway-sidecar AGW_AGENT_TOKEN_FILE AGW_ADAPTER_CA \
+  AGW_TLS_CLIENT_CERT AGW_TLS_CLIENT_KEY) || fail "engineering's sidecar: $in_folders"
+say "sidecar: $in_folders (read-only folder mounts; no file mounted alone)"
+in_folders=$(mounts agent-gateway-adapter AGW_TOPOLOGY AGW_JWT_JWKS? AGW_TLS_CERT AGW_TLS_KEY \
+  AGW_TLS_CLIENT_CA) || fail "the adapter: $in_folders"
+say "adapter: $in_folders (read-only folder mounts; no file mounted alone)"
+
 # --- the adapter over mutual TLS, as the pods' network sees it: from engineering's sidecar
 # container (which trusts the CA through NODE_EXTRA_CA_CERTS here, as the sidecar does through
 # AGW_ADAPTER_CA): HTTPS only; the probes need no certificate; /v1 needs one, and takes only
@@ -384,23 +453,26 @@ tls_probe() { # SCRIPT: node in engineering's sidecar container, one line out
   podman exec -e NODE_EXTRA_CA_CERTS=/var/run/agent-gateway/tls/ca.crt \
     agent-engineering-gateway-sidecar node --input-type=module -e "$1" 2>>"$WORK/tls-probe.log"
 }
+# me_as TOKEN: GET /v1/me with engineering's client certificate and TOKEN: "STATUS ERROR-or-ok"
+me_as() {
+  tls_probe "
+    const https = await import('node:https');
+    const fs = await import('node:fs');
+    const d = '/var/run/agent-gateway/tls/';
+    const tls = { ca: fs.readFileSync(d + 'ca.crt'), cert: fs.readFileSync(d + 'tls.crt'), key: fs.readFileSync(d + 'tls.key') };
+    console.log(await new Promise((resolve, reject) => https.get('https://agent-gateway-adapter:8080/v1/me',
+      { ...tls, headers: { authorization: 'Bearer $1' } }, (r) => {
+        let b = ''; r.on('data', (c) => (b += c));
+        r.on('end', () => resolve(r.statusCode + ' ' + (JSON.parse(b).error ?? 'ok')));
+      }).on('error', reject)));"
+}
 plain=$(tls_probe "try { await fetch('http://agent-gateway-adapter:8080/healthz'); console.log('answered'); } catch { console.log('refused'); }")
 [ "$plain" = refused ] || fail "the adapter answered plain HTTP: $plain"
 probe_tls=$(tls_probe "console.log((await fetch('https://agent-gateway-adapter:8080/health')).status)")
 [ "$probe_tls" = 200 ] || fail "/health over TLS without a client certificate: $probe_tls"
 nocert=$(tls_probe "const r = await fetch('https://agent-gateway-adapter:8080/v1/me', { headers: { authorization: 'Bearer dev-token-engineering' } }); console.log(r.status, (await r.json()).error)")
 [ "$nocert" = "401 unauthorized" ] || fail "/v1/me without a client certificate: $nocert"
-mismatch=$(tls_probe "
-  const https = await import('node:https');
-  const fs = await import('node:fs');
-  const d = '/var/run/agent-gateway/tls/';
-  const tls = { ca: fs.readFileSync(d + 'ca.crt'), cert: fs.readFileSync(d + 'tls.crt'), key: fs.readFileSync(d + 'tls.key') };
-  const as = (agent) => new Promise((resolve, reject) => https.get('https://agent-gateway-adapter:8080/v1/me',
-    { ...tls, headers: { authorization: 'Bearer dev-token-' + agent } }, (r) => {
-      let b = ''; r.on('data', (c) => (b += c));
-      r.on('end', () => resolve(r.statusCode + ' ' + (JSON.parse(b).error ?? 'ok')));
-    }).on('error', reject));
-  console.log((await as('engineering')) + ', ' + (await as('qa')));")
+mismatch="$(me_as dev-token-engineering), $(me_as dev-token-qa)"
 [ "$mismatch" = "200 ok, 403 identity_mismatch" ] ||
   fail "engineering's certificate with engineering's / qa's token: $mismatch ($(tail -3 "$WORK/tls-probe.log"))"
 say "adapter over mTLS: plain HTTP refused, /health 200 with no certificate, /v1 401 without one; engineering's certificate takes engineering's token (200) and refuses qa's (403 identity_mismatch)"
@@ -450,4 +522,80 @@ for _ in $(seq 20); do
 done
 [ "$(field "$out" body.outbox.depth)" = 0 ] || fail "engineering's outbox is not empty: $out"
 say "adapter back: T-2 drained and received as product #2, engineering's outbox empty"
+
+# --- 4. engineering's token rotated on the host without a pause, as docs/deploy.md ("Rotating
+# under Podman") does it: each file written beside the old one and renamed over it, so each is a
+# new inode. First the topology lists both hashes, then the token file is replaced, then the
+# topology keeps only the new hash. Each step is waited for in the program's own log line.
+# replace FILE INSTALL-OPTION...: standard input written to FILE.new and renamed over FILE
+replace() {
+  local file=$1 ino
+  shift
+  ino=$(stat -c %i "$file")
+  install "$@" /dev/stdin "$file.new" && mv -f "$file.new" "$file" || fail "writing $file anew"
+  [ "$(stat -c %i "$file")" != "$ino" ] || fail "$file kept its inode $ino: not written anew"
+}
+log_count() { podman logs "$1" 2>&1 | grep -cF "$2" || true; }
+# wait_log CONTAINER TEXT BEFORE T0: waits (20 s at most) until CONTAINER's log holds more than
+# BEFORE lines with TEXT; prints the ms since T0 (date +%s%N)
+wait_log() {
+  for _ in $(seq 200); do
+    if [ "$(log_count "$1" "$2")" -gt "$3" ]; then
+      echo $((($(date +%s%N) - $4) / 1000000))
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+started_at() { podman inspect --format '{{.State.StartedAt}}' "$1"; }
+adapter_started=$(started_at agent-gateway-adapter)
+sidecar_started=$(started_at agent-engineering-gateway-sidecar)
+RELOADED='credentials reloaded (file changed)'
+REFUSED='credentials reload refused'
+TOOK='took the new token'
+TOPOLOGY_FILE=$WORK/topology/${TOPOLOGY##*/}
+old_hash=$(printf %s dev-token-engineering | sha256sum | cut -d' ' -f1)
+new_token=$(openssl rand -hex 32)
+new_hash=$(printf %s "$new_token" | sha256sum | cut -d' ' -f1)
+grep -q "token_sha256: $old_hash,$" "$TOPOLOGY_FILE" || fail "examples/topology.yaml: engineering's token_sha256 not found"
+# topology_with HASHES: examples/topology.yaml with HASHES as engineering's token_sha256
+topology_with() { sed "s/token_sha256: $old_hash,$/token_sha256: $1,/" "$ROOT/examples/topology.yaml"; }
+
+n=$(log_count agent-gateway-adapter "$RELOADED")
+t=$(date +%s%N)
+replace "$TOPOLOGY_FILE" -m 0644 < <(topology_with "[$old_hash, $new_hash]")
+ms=$(wait_log agent-gateway-adapter "$RELOADED" "$n" "$t") ||
+  fail "the adapter did not reload the topology written anew (renamed over the old)"
+both="$(me_as dev-token-engineering), $(me_as "$new_token")"
+[ "$both" = "200 ok, 200 ok" ] || fail "with both hashes, the old / new token: $both"
+say "rotation 1/3: topology renamed over with engineering's old and new hash; adapter reloaded it $ms ms after the rename; old token 200, new token 200"
+
+n=$(log_count agent-engineering-gateway-sidecar "$TOOK")
+t=$(date +%s%N)
+replace "$WORK/tokens/engineering/token" -o 10001 -g 10001 -m 0400 < <(printf %s "$new_token")
+ms=$(wait_log agent-engineering-gateway-sidecar "$TOOK" "$n" "$t") ||
+  fail "the sidecar did not take the token file written anew (renamed over the old)"
+say "rotation 2/3: token file renamed over with the new token; the sidecar took it $ms ms after the rename"
+
+n=$(log_count agent-gateway-adapter "$RELOADED")
+t=$(date +%s%N)
+replace "$TOPOLOGY_FILE" -m 0644 < <(topology_with "$new_hash")
+ms=$(wait_log agent-gateway-adapter "$RELOADED" "$n" "$t") ||
+  fail "the adapter did not reload the topology with the new hash only"
+[ "$(log_count agent-gateway-adapter "$REFUSED")" = 0 ] ||
+  fail "the adapter refused a reload: $(podman logs agent-gateway-adapter 2>&1 | grep -F "$REFUSED" | tail -1)"
+after="$(me_as dev-token-engineering), $(me_as "$new_token")"
+[ "$after" = "401 unauthorized, 200 ok" ] || fail "with the new hash only, the old / new token: $after"
+say "rotation 3/3: topology renamed over with the new hash only; adapter reloaded it $ms ms after the rename; old token 401, new token 200"
+
+out=$(agent engineering send product task/request '{"task_id":"T-3","description":"third, after the token rotation"}')
+[ "$(field "$out" status)" = 201 ] || fail "send T-3 after the rotation answered $out"
+[ "$(field "$out" body.channel_sequence_id)" = 3 ] || fail "T-3 is not product #3: $out"
+out=$(agent qa receive 1 30)
+[ "$(field "$out" messages.0.payload.task_id)" = T-3 ] || fail "qa did not receive T-3: $out"
+[ "$(started_at agent-gateway-adapter)" = "$adapter_started" ] &&
+  [ "$(started_at agent-engineering-gateway-sidecar)" = "$sidecar_started" ] ||
+  fail "the adapter or engineering's sidecar restarted during the rotation"
+say "T-3 after the rotation: engineering's sidecar sent it with the new token (201, product #3), qa received it; neither the adapter nor the sidecar restarted"
 say "PASS"
