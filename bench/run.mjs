@@ -4,6 +4,9 @@
 //   node bench/run.mjs --seconds 5     (each measurement's length; default 5)
 //   node bench/run.mjs --before DIR    (also runs the path benchmarks against DIR, another
 //                                       checkout, built: a before/after table from one run)
+//   node bench/run.mjs --from FILE     (writes RESULTS.md from the JSON lines in FILE, an earlier
+//                                       run's output or RESULTS.md itself, without running)
+//   node bench/run.mjs --out FILE      (writes FILE instead of bench/RESULTS.md)
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -16,6 +19,7 @@ const { values } = parseArgs({
     // write RESULTS.md from the JSON lines of an earlier run instead of running again
     from: { type: 'string' },
     before: { type: 'string' },
+    out: { type: 'string' },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -162,6 +166,25 @@ const cpuCell = (r, keys) =>
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')
     : '-';
+/** A row's server CPU per message in all (cpu_us summed over its processes), or undefined. */
+const cpuTotal = (r, keys) => {
+  if (!r?.cpu_us) return undefined;
+  const vs = Object.entries(r.cpu_us)
+    .filter(([k]) => keys === undefined || keys.includes(k))
+    .map(([, v]) => v);
+  return vs.length > 0 && vs.every((v) => typeof v === 'number')
+    ? vs.reduce((a, b) => a + b, 0)
+    : undefined;
+};
+/** `N µs` (with each process's share when more than one), or '-' for a row without CPU. */
+const cpuUs = (r, keys) => {
+  const total = cpuTotal(r, keys);
+  if (total === undefined) return '-';
+  const parts = Object.entries(r.cpu_us).filter(([k]) => keys === undefined || keys.includes(k));
+  return parts.length > 1
+    ? `${total.toLocaleString('en')} µs (${parts.map(([k, v]) => `${k} ${v}`).join(', ')})`
+    : `${total.toLocaleString('en')} µs`;
+};
 const fsyncCell = (r, keys) =>
   r
     ? Object.entries(r.per_trip)
@@ -252,6 +275,10 @@ ${table('adapter, FULL, random v4 keys', { target: 'adapter', sync: 'full', keys
 
 ### Beside the peers (same run, same client design, same ~1 KiB payload)
 
+Each cell: acked msgs/s, p50 and p99 of the ack, and the server's CPU (user + system time of
+all its processes over the measured part, from /proc) per acked send; \`-\` where the row's
+benchmark does not measure it.
+
 | system | fsync before the ack | 1 in flight | 16 in flight | 64 in flight |
 |---|---|---|---|---|
 ${[
@@ -268,7 +295,14 @@ ${[
   ...[
     ['NATS JetStream (file stream, PubAck)', 'nats-jetstream'],
     ['RabbitMQ (quorum queue, confirms)', 'rabbitmq-quorum'],
-    ['PostgreSQL (INSERT per transaction)', 'postgresql'],
+    [
+      'PostgreSQL as an acked queue, its send side: INSERT + NOTIFY per transaction (a listener connected)',
+      'postgresql-queue',
+    ],
+    [
+      "PostgreSQL INSERT per transaction (the acked queue's send side without its NOTIFY)",
+      'postgresql',
+    ],
   ].map(([label, target]) => {
     const any = rows.find((r) => r.bench === 'peer-send' && r.target === target);
     return [
@@ -284,7 +318,7 @@ ${[
         .map((n) => {
           const r = get(n);
           return r
-            ? `${r.per_second.toLocaleString('en')}/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms`
+            ? `${r.per_second.toLocaleString('en')}/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, CPU ${cpuUs(r)}`
             : '-';
         })
         .join(' | ')} |`,
@@ -367,36 +401,92 @@ ${rows
   .filter((r) => r.bench === 'peer-fanout')
   .map(
     (r) =>
-      `| fan-out, ${r.target} (same shape): messages / deliveries | ${r.messages_per_second.toLocaleString('en')}/s / ${r.deliveries_per_second_while_sending.toLocaleString('en')}/s (ours: ${fan ? round(fan.deliveries_per_second_while_sending / r.deliveries_per_second_while_sending, 2) : '-'}×) |`,
+      `| fan-out, ${r.target} (same shape): messages / deliveries | ${r.messages_per_second.toLocaleString('en')}/s / ${r.deliveries_per_second_while_sending.toLocaleString('en')}/s (ours: ${fan ? round(fan.deliveries_per_second_while_sending / r.deliveries_per_second_while_sending, 2) : '-'}×)${r.cpu_us ? `; server CPU ${cpuUs(r)} per message accepted` : ''} |`,
   )
   .join('\n')}
 
 End-to-end beside the peers, same rate, same process design (sender and consumer in one client
-process; each peer's durable path):
+process; each peer's durable path). Server CPU is the user + system time of the server's
+processes (the adapter, and the sidecars where the route has them; all of a peer's processes,
+PostgreSQL's backends included) per delivered message, from /proc; \`-\` where the row's
+benchmark does not measure it. The trip.mjs rows are from the path table below (acks on the next
+poll), at the same rate.
 
-| system | p50 ms | p99 ms | our p50 as a ratio to it |
-|---|---|---|---|
-${[
-  ['agent-gateway (send, long-poll inbox, ack)', e2e],
-  [
-    'NATS JetStream (PubAck, ordered consumer)',
-    rows.find((r) => r.bench === 'peer-e2e' && r.target === 'nats-jetstream'),
-  ],
-  [
-    'RabbitMQ (quorum queue, confirms, consumer acks)',
-    rows.find((r) => r.bench === 'peer-e2e' && r.target === 'rabbitmq-quorum'),
-  ],
-  [
-    'PostgreSQL (INSERT + pg_notify per transaction, LISTEN)',
-    rows.find((r) => r.bench === 'peer-e2e' && r.target === 'postgresql'),
-  ],
-]
-  .filter(([, r]) => r !== undefined)
-  .map(
-    ([label, r]) =>
-      `| ${label} | ${r.p50_ms} | ${r.p99_ms} | ${e2e ? round(e2e.p50_ms / r.p50_ms, 2) : '-'}× |`,
-  )
-  .join('\n')}
+| system | p50 ms | p99 ms | our p50 as a ratio to it | server CPU per delivered message |
+|---|---|---|---|---|
+${(() => {
+  const pe = (target) => rows.find((r) => r.bench === 'peer-e2e' && r.target === target);
+  const queue = pe('postgresql-queue');
+  // ours: our own rows, no ratio; keys: the processes whose CPU counts; cpu: the cell's text
+  return [
+    { label: 'agent-gateway (send, long-poll inbox, ack)', r: e2e },
+    {
+      label: 'agent-gateway direct to the adapter (trip.mjs)',
+      r: of('after', 'trip', { route: 'direct', acks: 'on-poll' }),
+      ours: true,
+      keys: ['adapter'],
+    },
+    {
+      label: 'agent-gateway through two sidecars (trip.mjs)',
+      r: of('after', 'trip', { route: 'sidecars', acks: 'on-poll' }),
+      ours: true,
+      keys: SIDECAR_PATH,
+    },
+    { label: 'NATS JetStream (PubAck, ordered consumer)', r: pe('nats-jetstream') },
+    { label: 'RabbitMQ (quorum queue, confirms, consumer acks)', r: pe('rabbitmq-quorum') },
+    {
+      label: `PostgreSQL as an acked queue (INSERT + NOTIFY; ${queue?.consumers ?? '?'} consumers: SELECT ... FOR UPDATE SKIP LOCKED, DELETE, COMMIT), to the row in hand`,
+      r: queue,
+    },
+    {
+      label: "the same, to the DELETE's commit (its ack)",
+      r: queue && { p50_ms: queue.ack_p50_ms, p99_ms: queue.ack_p99_ms },
+      cpu: 'the same messages',
+    },
+    {
+      label: 'PostgreSQL (INSERT + pg_notify per transaction, LISTEN; no ack)',
+      r: pe('postgresql'),
+    },
+  ]
+    .filter(({ r }) => r !== undefined)
+    .map(
+      ({ label, r, ours, keys, cpu }) =>
+        `| ${label} | ${r.p50_ms} | ${r.p99_ms} | ${e2e && !ours ? `${round(e2e.p50_ms / r.p50_ms, 2)}×` : '-'} | ${cpu ?? cpuUs(r, keys)} |`,
+    )
+    .join('\n');
+})()}
+
+${(() => {
+  const path = cpuTotal(of('after', 'trip', { route: 'sidecars', acks: 'on-poll' }), SIDECAR_PATH);
+  const adapterOnly = cpuTotal(of('after', 'trip', { route: 'sidecars', acks: 'on-poll' }), [
+    'adapter',
+  ]);
+  const peers = [
+    ['RabbitMQ quorum', 'rabbitmq-quorum'],
+    ["PostgreSQL's acked queue", 'postgresql-queue'],
+  ]
+    .map(([label, target]) => [
+      label,
+      cpuTotal(rows.find((r) => r.bench === 'peer-e2e' && r.target === target)),
+    ])
+    .filter(([, v]) => v);
+  const sc = of('after', 'trip', { route: 'sidecars', acks: 'on-poll' });
+  // the better (lower p50) of RabbitMQ quorum and PostgreSQL's acked queue, to the row in hand
+  const better = ['rabbitmq-quorum', 'postgresql-queue']
+    .map((target) => rows.find((r) => r.bench === 'peer-e2e' && r.target === target))
+    .filter((r) => r !== undefined)
+    .sort((a, b) => a.p50_ms - b.p50_ms)[0];
+  return [
+    sc && better
+      ? `The agent path end to end (two sidecars) as a ratio to the better of RabbitMQ quorum and PostgreSQL's acked queue (${better.target}, p50 ${better.p50_ms} / p99 ${better.p99_ms} ms): p50 ${round(sc.p50_ms / better.p50_ms, 2)}×, p99 ${round(sc.p99_ms / better.p99_ms, 2)}×.`
+      : '',
+    path !== undefined && peers.length > 0
+      ? `Server CPU per delivered message on the agent path (adapter and both sidecars, ${path.toLocaleString('en')} µs; the adapter alone ${adapterOnly?.toLocaleString('en') ?? '?'} µs) as a ratio to ${peers.map(([label, v]) => `${label}'s: ${round(path / v, 2)}×`).join(', ')}.`
+      : '',
+  ]
+    .filter(Boolean)
+    .join('\n\n');
+})()}
 
 An end-to-end trip here is one commit when the receiver's poll is parked as the message arrives:
 the poll's lease is queued into the send's own group (docs/design/delivery.md), so the message
@@ -622,5 +712,5 @@ commit rate, one WAL flush per group of each replica, stays the ceiling.
 ${rows.map((r) => JSON.stringify(r)).join('\n')}
 \`\`\`
 `;
-writeFileSync(new URL('./RESULTS.md', import.meta.url), md);
-console.log('wrote bench/RESULTS.md');
+writeFileSync(values.out ?? new URL('./RESULTS.md', import.meta.url), md);
+console.log(`wrote ${values.out ?? 'bench/RESULTS.md'}`);

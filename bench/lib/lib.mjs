@@ -1,8 +1,16 @@
 // Shared pieces of the benchmarks: start a target process, drive it with a closed loop of
-// in-flight requests over an undici Pool, and summarise latencies.
-import { spawn } from 'node:child_process';
+// in-flight requests over an undici Pool, summarise latencies, and measure a server's CPU time
+// per message from /proc (cpuMeter).
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -131,11 +139,11 @@ export function startAdapter(dir, topology, extraArgs = [], env = {}, cli = CLI)
 /**
  * Runs `inflight` concurrent loops of `makeRequest(i)` against url for `seconds` after a warm-up,
  * over an undici Pool of that many connections, and returns throughput and latency percentiles
- * of the measured part; an answer `check` refuses counts as an error.
+ * of the measured part; an answer `check` refuses counts as an error. `meter`: as closedLoopFn's.
  */
 export async function closedLoop(
   url,
-  { inflight, seconds, warmupSeconds = 1, makeRequest, check },
+  { inflight, seconds, warmupSeconds = 1, makeRequest, check, meter },
 ) {
   const pool = new Pool(url, { connections: inflight, pipelining: 1, keepAliveTimeout: 60_000 });
   try {
@@ -143,6 +151,7 @@ export async function closedLoop(
       inflight,
       seconds,
       warmupSeconds,
+      meter,
       send: async (i) => {
         const res = await pool.request(makeRequest(i));
         const body = await res.body.text();
@@ -176,8 +185,10 @@ export function uuidv7() {
 /**
  * A closed loop of `inflight` concurrent calls of `send(i)` (a promise that settles when the
  * system acknowledged), measured for `seconds` after a warm-up; the same shape as closedLoop.
+ * `meter` (optional, a cpuMeter): started when the warm-up's sends have all settled, stopped when
+ * the measured part's have, its fields (`cpu_us` per acked send) merged into the result.
  */
-export async function closedLoopFn({ inflight, seconds, warmupSeconds = 1, send }) {
+export async function closedLoopFn({ inflight, seconds, warmupSeconds = 1, send, meter }) {
   const latencies = [];
   let i = 0;
   let errors = 0;
@@ -197,9 +208,11 @@ export async function closedLoopFn({ inflight, seconds, warmupSeconds = 1, send 
     );
   };
   await run(performance.now() + warmupSeconds * 1000, false);
+  meter?.start();
   const started = performance.now();
   await run(started + seconds * 1000, true);
   const elapsed = (performance.now() - started) / 1000;
+  const cpu = meter?.stop(latencies.length);
   const { p50_ms, p99_ms } = latencySummary(latencies);
   return {
     n: latencies.length,
@@ -208,6 +221,7 @@ export async function closedLoopFn({ inflight, seconds, warmupSeconds = 1, send 
     p50_ms,
     p99_ms,
     errors,
+    ...cpu,
   };
 }
 
@@ -242,4 +256,199 @@ export async function pgDatabase(adminUrl) {
       await admin.end();
     },
   };
+}
+
+// Server CPU per message, from /proc. A server is a process tree: the process that listens on
+// its port (the PostgreSQL postmaster, RabbitMQ's beam.smp, nats-server) and all its descendants
+// (PostgreSQL's backends and background workers, beam's erl_child_setup and its ports). Linux
+// only; the numbers are meaningful only if nothing else uses the server meanwhile.
+
+let clkTck;
+/** Clock ticks per second of /proc's times (`getconf CLK_TCK`; 100 if it cannot be asked). */
+export function clockTicks() {
+  if (clkTck === undefined) {
+    try {
+      clkTck = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      clkTck = 100;
+    }
+  }
+  return clkTck;
+}
+
+/**
+ * A process's parent, its own CPU time (utime + stime, all its threads, live and exited) and
+ * that of its children it has waited for (cutime + cstime), in clock ticks, from
+ * /proc/<pid>/stat; undefined once it is gone.
+ */
+export function procStat(pid) {
+  let stat;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined;
+  }
+  // fields after the command, which is in parentheses and may hold spaces and parentheses:
+  // state ppid ... utime (14th field of the line) stime cutime cstime
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return {
+    ppid: Number(f[1]),
+    self: Number(f[11]) + Number(f[12]),
+    reaped: Number(f[13]) + Number(f[14]),
+  };
+}
+
+const pids = () =>
+  readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .map(Number);
+
+/** The processes of the trees rooted at `roots` (pids), from one pass over /proc: pid → procStat. */
+export function processTrees(roots) {
+  const all = new Map();
+  const children = new Map();
+  for (const pid of pids()) {
+    const st = procStat(pid);
+    if (st === undefined) continue;
+    all.set(pid, st);
+    if (!children.has(st.ppid)) children.set(st.ppid, []);
+    children.get(st.ppid).push(pid);
+  }
+  const tree = new Map();
+  const stack = roots.filter((pid) => all.has(pid));
+  while (stack.length > 0) {
+    const pid = stack.pop();
+    if (tree.has(pid)) continue;
+    tree.set(pid, all.get(pid));
+    stack.push(...(children.get(pid) ?? []));
+  }
+  return tree;
+}
+
+/** The command name (/proc/<pid>/comm) of a process; undefined once it is gone. */
+function commOf(pid) {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The pids that hold a socket listening on TCP `port` (/proc/net/tcp and tcp6, then each
+ * process's fds; needs the right to read them: root, or the server's user), keeping those whose
+ * parent does not also hold it: the server's root processes. [] if none is found.
+ */
+export function pidsListeningOn(port) {
+  const hex = `:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  const inodes = new Set();
+  for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      // sl local_address rem_address st ... inode (10th column); st 0A is LISTEN
+      const f = line.trim().split(/\s+/);
+      if (f.length > 9 && f[1].endsWith(hex) && f[3] === '0A') inodes.add(f[9]);
+    }
+  }
+  const holders = new Set();
+  if (inodes.size === 0) return [];
+  for (const pid of pids()) {
+    let fds;
+    try {
+      fds = readdirSync(`/proc/${pid}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      let link;
+      try {
+        link = readlinkSync(`/proc/${pid}/fd/${fd}`);
+      } catch {
+        continue;
+      }
+      if (link.startsWith('socket:[') && inodes.has(link.slice(8, -1))) {
+        holders.add(pid);
+        break;
+      }
+    }
+  }
+  return [...holders].filter((pid) => !holders.has(procStat(pid)?.ppid));
+}
+
+/** The peers' servers on this machine: their standard port, and their command name. */
+export const SERVERS = {
+  postgresql: { port: 5432, comm: 'postgres' },
+  rabbitmq: { port: 5672, comm: 'beam.smp' },
+  'nats-server': { port: 4222, comm: 'nats-server' },
+};
+
+/**
+ * The root pids of a server of SERVERS: whoever listens on its port, or failing that (no right
+ * to read other users' fds) the processes of its command name whose parent has another name.
+ */
+export function serverRoots(name) {
+  const { port, comm } = SERVERS[name];
+  const listening = pidsListeningOn(port);
+  if (listening.length > 0) return listening;
+  return pids().filter((pid) => {
+    if (commOf(pid) !== comm) return false;
+    const ppid = procStat(pid)?.ppid;
+    return ppid !== undefined && commOf(ppid) !== comm;
+  });
+}
+
+/**
+ * Measures the CPU time (user + system) that process trees use between start() and stop(n):
+ * `groups` maps a name to root pids (serverRoots); stop(n) returns `{ cpu_us: { name: µs per
+ * message } }` for n messages (null for a group whose roots were not found).
+ *
+ * Each tree is listed at start and again at stop, and its CPU is the sum over the processes at
+ * stop of their own time plus the time of the children they reaped, less the same sum over the
+ * processes at start. That counts exactly, for:
+ * - a process there at both: what it used between them, its own and that of children it reaped;
+ * - one that started meanwhile and still runs: all its time (it began after start);
+ * - one that started and ended meanwhile: all its time, through its parent's reaped time;
+ * - one there at start that ended meanwhile: its whole life's time enters its parent's reaped
+ *   time and its time at start is taken off, leaving what it used after start.
+ * Provided that every process that ends is reaped by a process of its tree (the postmaster reaps
+ * its backends, beam's erl_child_setup its ports); one orphaned to init instead would be taken
+ * off without being added back. Times are in clock ticks (clockTicks(): 10 ms at 100/s), so each
+ * process's figure is up to a tick short or long at each end.
+ */
+export function cpuMeter(groups) {
+  const sum = (tree) => [...tree.values()].reduce((a, st) => a + st.self + st.reaped, 0);
+  let at;
+  return {
+    start() {
+      at = Object.fromEntries(
+        Object.entries(groups).map(([name, roots]) => [name, sum(processTrees(roots))]),
+      );
+    },
+    stop(n) {
+      const hz = clockTicks();
+      return {
+        cpu_us: Object.fromEntries(
+          Object.entries(groups).map(([name, roots]) => [
+            name,
+            roots.length === 0 || n === 0
+              ? null
+              : round((((sum(processTrees(roots)) - at[name]) / hz) * 1e6) / n, 0),
+          ]),
+        ),
+      };
+    },
+  };
+}
+
+/** A cpuMeter of one server of SERVERS, found by serverRoots; says so on stderr if not found. */
+export function serverCpuMeter(name) {
+  const roots = serverRoots(name);
+  if (roots.length === 0)
+    process.stderr.write(`no ${name} process found: its cpu_us will be null\n`);
+  return cpuMeter({ [name]: roots });
 }

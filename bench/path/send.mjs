@@ -1,6 +1,6 @@
 // Acknowledged sends per second and ack latency at 1, 16 and 64 in flight, ~1 KiB payloads,
 // over HTTP with an undici Pool: the bare HTTP floor, then the adapter with synchronous=FULL and
-// NORMAL. One JSON line per measurement on stdout.
+// NORMAL. One JSON line per measurement on stdout, with the server's CPU per acked send (cpu_us).
 //
 //   node bench/path/send.mjs [--seconds 5] [--inflight 1,16,64] [--to @qa] [--keys v7|v4]
 //                       [--floor yes|no] [--sync full,normal]
@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import {
   benchDir,
   closedLoop,
+  cpuMeter,
   histogram,
   round,
   startAdapter,
@@ -56,7 +57,14 @@ if (values.floor === 'yes') {
     (e) => e.msg === 'floor ready',
   );
   for (const inflight of levels) {
-    const r = await closedLoop(floor.url, { inflight, seconds, makeRequest, check: created });
+    const meter = cpuMeter({ 'http-floor': [floor.pid] });
+    const r = await closedLoop(floor.url, {
+      inflight,
+      seconds,
+      makeRequest,
+      check: created,
+      meter,
+    });
     emit({ target: 'http-floor', inflight, ...r });
   }
   await floor.stop();
@@ -74,7 +82,15 @@ for (const sync of values.sync.split(',')) {
   for (const inflight of levels) {
     const before = await histogram(adapter.url, 'agw_commit_seconds');
     const beforeSize = await histogram(adapter.url, 'agw_commit_messages');
-    const r = await closedLoop(adapter.url, { inflight, seconds, makeRequest, check: created });
+    // server CPU per acked send (utime + stime, lib.mjs cpuMeter), as the peers' rows have it
+    const meter = cpuMeter({ adapter: [adapter.pid] });
+    const r = await closedLoop(adapter.url, {
+      inflight,
+      seconds,
+      makeRequest,
+      check: created,
+      meter,
+    });
     const after = await histogram(adapter.url, 'agw_commit_seconds');
     const afterSize = await histogram(adapter.url, 'agw_commit_messages');
     const commits = after.count - before.count;

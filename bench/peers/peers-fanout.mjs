@@ -5,12 +5,18 @@
 // - NATS JetStream: one file stream, five durable consumers with explicit acks.
 // - RabbitMQ: a fanout exchange bound to five quorum queues; confirms; consumers with acks.
 //
+// Server CPU (`cpu_us`): the user + system time of the server's processes while sending, per
+// message accepted (each one delivered to five), from /proc (bench/lib/lib.mjs cpuMeter: the
+// process listening on the port and its descendants). Deliveries still queued when sending stops
+// are not in it, and were not counted as delivered either; only meaningful on a machine where
+// nothing else uses the server.
+//
 //   node bench/peers/peers-fanout.mjs [--seconds 5] [--inflight 16] [--only nats,rabbitmq]
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
 import { AckPolicy, connect, StringCodec } from 'nats';
-import { round } from '../lib/lib.mjs';
+import { round, serverCpuMeter } from '../lib/lib.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -24,8 +30,9 @@ const inflight = Number(values.inflight);
 const only = new Set(values.only.split(','));
 const body = () => JSON.stringify({ id: randomUUID(), text: 'x'.repeat(1000) });
 
-async function publishFor(send) {
+async function publishFor(send, meter) {
   let accepted = 0;
+  meter.start();
   const started = performance.now();
   const until = started + seconds * 1000;
   await Promise.all(
@@ -36,10 +43,11 @@ async function publishFor(send) {
       }
     }),
   );
-  return { accepted, seconds: (performance.now() - started) / 1000 };
+  const elapsed = (performance.now() - started) / 1000;
+  return { accepted, seconds: elapsed, ...meter.stop(accepted) };
 }
 
-function report(target, { accepted, seconds: s }, receivedWhileSending) {
+function report(target, { accepted, seconds: s, cpu_us }, receivedWhileSending) {
   console.log(
     JSON.stringify({
       bench: 'peer-fanout',
@@ -49,6 +57,7 @@ function report(target, { accepted, seconds: s }, receivedWhileSending) {
       seconds: round(s, 2),
       messages_per_second: Math.round(accepted / s),
       deliveries_per_second_while_sending: Math.round(receivedWhileSending / s),
+      cpu_us,
     }),
   );
 }
@@ -76,8 +85,9 @@ async function nats() {
     })();
   }
   try {
-    const r = await publishFor(() =>
-      js.publish(subject, sc.encode(body()), { msgID: randomUUID() }),
+    const r = await publishFor(
+      () => js.publish(subject, sc.encode(body()), { msgID: randomUUID() }),
+      serverCpuMeter('nats-server'),
     );
     report('nats-jetstream', r, received);
   } finally {
@@ -115,6 +125,7 @@ async function rabbitmq() {
             err ? reject(err) : resolve(),
           ),
         ),
+      serverCpuMeter('rabbitmq'),
     );
     report('rabbitmq-quorum', r, received);
   } finally {
