@@ -21,8 +21,9 @@ it('after SIGKILL: acked stay acked, the leased head holds its channel until its
     writeTopology(dir),
     '--db',
     join(dir, 'a.db'),
+    // long enough to outlast a SIGKILL and a restart on a loaded machine (1.5 s did not)
     '--lease-ms',
-    '1500',
+    '6000',
     '--retry-base-ms',
     '10',
   ];
