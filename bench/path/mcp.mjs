@@ -4,7 +4,10 @@
 // - `http`: the sidecar's HTTP API (POST /v1/messages, GET /v1/inbox), an undici Pool;
 // - `mcp-http`: the SDK's Client over Streamable HTTP to the sidecar's POST /mcp;
 // - `mcp-http-raw`: JSON-RPC POSTs to /mcp without the SDK's client: the sidecar's part of it;
-// - `mcp-stdio`: the SDK's Client over stdio to `agent-gateway mcp`, which calls the HTTP API.
+// - `mcp-stdio`: the SDK's Client over stdio to `agent-gateway mcp`, which calls the HTTP API;
+// each in MCP's 2025 era (the SDK's v1 Client, `@modelcontextprotocol/sdk`: 2025-11-25, what
+// most clients speak), and again in 2026-07-28 (`-2026`: the SDK's v2 Client pinned to it, and
+// raw POSTs with that era's `_meta` envelope and headers).
 //
 // pm's sidecar takes the sends (to @qa); qa's serves the fetches, each taking one delivery
 // (max 1), which is then acked over plain HTTP outside the timing (a leased one would hold the
@@ -14,6 +17,11 @@
 //   node bench/path/mcp.mjs [--calls 500] [--warmup 50]
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import {
+  Client as ModernClient,
+  StreamableHTTPClientTransport as ModernHttpTransport,
+} from '@modelcontextprotocol/client';
+import { StdioClientTransport as ModernStdioTransport } from '@modelcontextprotocol/client/stdio';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -84,9 +92,17 @@ function httpRoute(url) {
   };
 }
 
-/** The SDK's Client over a transport: the tools' structuredContent, a tool error thrown. */
-async function mcpRoute(transport) {
-  const client = new Client({ name: 'agw-bench', version: '0' });
+/**
+ * The SDK's Client over a transport: the tools' structuredContent, a tool error thrown. The v1
+ * Client (MCP 2025-11-25), or with `modern` the v2 one pinned to 2026-07-28.
+ */
+async function mcpRoute(transport, modern = false) {
+  const client = modern
+    ? new ModernClient(
+        { name: 'agw-bench', version: '0' },
+        { versionNegotiation: { mode: { pin: MODERN } } },
+      )
+    : new Client({ name: 'agw-bench', version: '0' });
   await client.connect(transport);
   const call = async (name, args) => {
     const r = await client.callTool({ name, arguments: args });
@@ -100,23 +116,37 @@ async function mcpRoute(transport) {
   };
 }
 
+const MODERN = '2026-07-28';
+
 /**
  * JSON-RPC tools/call POSTs to /mcp without the SDK's client (an undici Pool, as `http`): what
- * the sidecar's MCP handling adds, apart from what the SDK's HTTP client adds.
+ * the sidecar's MCP handling adds, apart from what the SDK's HTTP client adds. With `modern`, as
+ * a client of 2026-07-28 sends them: the version in `_meta` and in the headers.
  */
-function rawMcpRoute(url) {
+function rawMcpRoute(url, modern = false) {
   const pool = new Pool(url, { connections: 1, keepAliveTimeout: 60_000 });
+  const meta = {
+    'io.modelcontextprotocol/protocolVersion': MODERN,
+    'io.modelcontextprotocol/clientInfo': { name: 'agw-bench', version: '0' },
+    'io.modelcontextprotocol/clientCapabilities': {},
+  };
   let id = 0;
   const call = async (name, args) => {
     const res = await pool.request({
       method: 'POST',
       path: '/mcp',
-      headers: { ...json, accept: 'application/json, text/event-stream' },
+      headers: {
+        ...json,
+        accept: 'application/json, text/event-stream',
+        ...(modern
+          ? { 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': name }
+          : {}),
+      },
       body: JSON.stringify({
         jsonrpc: '2.0',
         id: ++id,
         method: 'tools/call',
-        params: { name, arguments: args },
+        params: { name, arguments: args, ...(modern ? { _meta: meta } : {}) },
       }),
     });
     const { result, error } = JSON.parse(await res.body.text());
@@ -131,20 +161,28 @@ function rawMcpRoute(url) {
   };
 }
 
-const stdio = (url) =>
-  new StdioClientTransport({
+const stdio = (url, Transport = StdioClientTransport) =>
+  new Transport({
     command: process.execPath,
     args: [CLI, 'mcp'],
     env: { PATH: process.env.PATH, AGW_SIDECAR_URL: url },
   });
+const mcpHttp = (url, Transport = StreamableHTTPClientTransport) =>
+  new Transport(new URL(`${url}/mcp`));
 const routes = {
   http: { pm: httpRoute(pm.url), qa: httpRoute(qa.url) },
-  'mcp-http': {
-    pm: await mcpRoute(new StreamableHTTPClientTransport(new URL(`${pm.url}/mcp`))),
-    qa: await mcpRoute(new StreamableHTTPClientTransport(new URL(`${qa.url}/mcp`))),
-  },
+  'mcp-http': { pm: await mcpRoute(mcpHttp(pm.url)), qa: await mcpRoute(mcpHttp(qa.url)) },
   'mcp-http-raw': { pm: rawMcpRoute(pm.url), qa: rawMcpRoute(qa.url) },
   'mcp-stdio': { pm: await mcpRoute(stdio(pm.url)), qa: await mcpRoute(stdio(qa.url)) },
+  'mcp-http-2026': {
+    pm: await mcpRoute(mcpHttp(pm.url, ModernHttpTransport), true),
+    qa: await mcpRoute(mcpHttp(qa.url, ModernHttpTransport), true),
+  },
+  'mcp-http-raw-2026': { pm: rawMcpRoute(pm.url, true), qa: rawMcpRoute(qa.url, true) },
+  'mcp-stdio-2026': {
+    pm: await mcpRoute(stdio(pm.url, ModernStdioTransport), true),
+    qa: await mcpRoute(stdio(qa.url, ModernStdioTransport), true),
+  },
 };
 const acker = httpRoute(qa.url);
 
@@ -166,7 +204,7 @@ try {
   for (const [name, route] of Object.entries(routes)) {
     results[name] = { send_message: await measure((i) => route.pm.send(i)) };
   }
-  // every route's sends wait in qa's inbox (4 × (warmup + calls)): each fetch takes one, acked after
+  // every route's sends wait in qa's inbox (warmup + calls each): each fetch takes one, acked after
   for (const [name, route] of Object.entries(routes)) {
     results[name].fetch_inbox = await measure(
       async () => {

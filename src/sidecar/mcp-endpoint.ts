@@ -4,6 +4,16 @@
  * (request-checks.ts: Host, Origin, Content-Type), which the SDK's handler does not make. The
  * tools call the service directly.
  *
+ * Both protocol eras, on the SDK's v2 server (docs/reference/mcp.md, "Protocol versions"):
+ * - a request of MCP 2026-07-28 (its version in `params._meta`, no `initialize`) goes to the
+ *   SDK's `createMcpHandler`, which serves that era from a server made for the request;
+ * - a request of the 2025 era (2025-11-25, 2025-06-18, 2025-03-26 and earlier: no such `_meta`)
+ *   is served as it always was, by a server and the SDK's Streamable HTTP transport of its own,
+ *   stateless, answered as plain JSON, and a missing resource answered -32002 as those versions
+ *   have it (mcp-resources.ts). Not by createMcpHandler's own fallback for that era, which
+ *   answers as an SSE stream.
+ * The SDK's `isLegacyRequest` tells them apart, as createMcpHandler itself does.
+ *
  * Stateless: each request gets a server and a transport of its own, closed with its response,
  * so nothing is kept between requests and any number of clients may call at once. No session
  * means no stream to GET and none to DELETE: the route table answers those 405. Answers are
@@ -18,20 +28,24 @@
  * endpoint (routes.ts, no `body`); a body the route read already is taken as it is.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { ErrorCode, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import {
+  createMcpHandler,
+  isLegacyRequest,
+  type JSONRPCMessage,
+  ProtocolErrorCode,
+  SUPPORTED_PROTOCOL_VERSIONS,
+  type TransportSendOptions,
+  WebStandardStreamableHTTPServerTransport,
+} from '@modelcontextprotocol/server';
 import type { AgentApi } from '../protocol/agent-api.js';
 import { GatewayError } from '../protocol/errors.js';
 import { parseJson, sendJson } from '../protocol/http.js';
 import { DEFAULT_MAX_MESSAGE_BYTES } from '../protocol/limits.js';
-import {
-  type McpServerOptions,
-  mcpServer,
-  PROTOCOL_VERSIONS,
-  refuseInvalidParams,
-  refuseProtocol,
-  toolError,
-} from './mcp-tools.js';
+import { resourceNotFoundOf2025 } from './mcp-resources.js';
+import { type McpServerOptions, mcpServer, refuseInvalidParams, toolError } from './mcp-tools.js';
 
 /**
  * The largest body /mcp takes: a message at the adapter's default bound (AGW_MAX_MESSAGE_BYTES,
@@ -59,39 +73,116 @@ export type McpHandler = (
 ) => Promise<void>;
 
 export function mcpEndpoint(api: AgentApi, opts: McpServerOptions = {}): McpHandler {
+  const server = () => mcpServer(api, opts);
+  // the 2026-07-28 era; `legacy: 'reject'`, since the 2025 era never reaches it (serve2025)
+  const modern = createMcpHandler(server, { legacy: 'reject' });
   return async (req, res, given) => {
     let body = given;
+    let bytes: Buffer | undefined;
     if (body === undefined) {
       const read = await readMcpBody(req);
       if ('over' in read) {
-        answerTooLarge(res, read.over);
+        answerTooLarge(res, read.over, req.headers['mcp-protocol-version']);
         return;
       }
-      body = parseJson(read.body);
+      bytes = read.body;
+      body = parseJson(bytes);
     }
-    // a version the MCP-Protocol-Version header names and this server does not speak is the
-    // SDK's 400 (it names the versions spoken): a client of both eras falls back on it
-    const version = req.headers['mcp-protocol-version'];
-    if (version === undefined || PROTOCOL_VERSIONS.includes(String(version))) {
-      const other = refuseProtocol(body);
-      const refused = other ?? refuseInvalidParams(body);
-      if (refused !== undefined) {
-        sendJson(res, other === undefined ? 200 : 400, refused);
-        return;
-      }
+    const refused = refuseInvalidParams(body);
+    if (refused !== undefined) {
+      sendJson(res, 200, refused);
+      return;
     }
-    const server = mcpServer(api, opts);
-    const transport = new StreamableHTTPServerTransport({
-      sessionIdGenerator: undefined,
-      enableJsonResponse: true,
-    });
-    res.once('close', () => {
+    // the request's end, answered or given up by the client: the exchange ends with it, and a
+    // tool call still running is aborted (a fetch_inbox's poll given up at the adapter too)
+    const ended = new AbortController();
+    res.once('close', () => ended.abort());
+    const request = webRequest(req, bytes ?? JSON.stringify(body), ended.signal);
+    const response = (await isLegacyRequest(request, body))
+      ? await serve2025(server(), request, body, ended.signal)
+      : await modern.fetch(request, { parsedBody: body });
+    await answer(res, response);
+  };
+}
+
+/**
+ * The SDK's Streamable HTTP transport, stateless and answering JSON, for a request of the 2025
+ * era: what this endpoint ran on with SDK 1.x, with that era's code for a missing resource.
+ */
+class Transport2025 extends WebStandardStreamableHTTPServerTransport {
+  constructor() {
+    super({ sessionIdGenerator: undefined, enableJsonResponse: true });
+  }
+
+  override send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
+    return super.send(resourceNotFoundOf2025(message), options);
+  }
+}
+
+/** Serves a request of the 2025 era on `server` and a transport of its own, ended with `ended`. */
+async function serve2025(
+  server: ReturnType<typeof mcpServer>,
+  request: Request,
+  body: unknown,
+  ended: AbortSignal,
+): Promise<Response> {
+  const transport = new Transport2025();
+  ended.addEventListener(
+    'abort',
+    () => {
       void transport.close();
       void server.close();
+    },
+    { once: true },
+  );
+  await server.connect(transport);
+  return transport.handleRequest(request, { parsedBody: body });
+}
+
+/** Headers of the connection, not of the request: a Request carries none of them. */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'content-length',
+  'host',
+  'keep-alive',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+/** The request as the SDK's web-standard handlers take it, its body already read. */
+function webRequest(req: IncomingMessage, body: Buffer | string, signal: AbortSignal): Request {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name)) continue;
+    headers.set(name, Array.isArray(value) ? value.join(', ') : value);
+  }
+  // the Host was checked (request-checks.ts) and names this sidecar: the URL's host is no input
+  return new Request(new URL(req.url ?? '/mcp', 'http://localhost'), {
+    method: req.method ?? 'POST',
+    headers,
+    body,
+    signal,
+  });
+}
+
+/** Writes the SDK's response: JSON as one body, an SSE stream as it comes. */
+async function answer(res: ServerResponse, response: Response): Promise<void> {
+  if (res.destroyed) return; // given up: nobody to answer (the SDK's 499)
+  const headers: Record<string, string> = {};
+  response.headers.forEach((value, name) => {
+    headers[name] = value;
+  });
+  if (response.body === null) {
+    res.writeHead(response.status, headers).end();
+  } else if (!/^text\/event-stream\b/i.test(headers['content-type'] ?? '')) {
+    const text = Buffer.from(await response.arrayBuffer());
+    res.writeHead(response.status, { ...headers, 'content-length': text.length }).end(text);
+  } else {
+    res.writeHead(response.status, headers);
+    await pipeline(Readable.fromWeb(response.body as WebReadableStream), res).catch(() => {
+      // the client went away mid-stream: nothing more to write
     });
-    await server.connect(transport);
-    await transport.handleRequest(req, res, body);
-  };
+  }
 }
 
 /** A body past MCP_MAX_BODY_BYTES: its size, and its two ends. */
@@ -152,7 +243,7 @@ function readMcpBody(req: IncomingMessage): Promise<{ body: Buffer } | { over: O
 }
 
 /** The answer to a body past the bound: in MCP's terms where its request can be told. */
-function answerTooLarge(res: ServerResponse, over: Oversized): void {
+function answerTooLarge(res: ServerResponse, over: Oversized, version: unknown): void {
   const err = new GatewayError(
     'payload_too_large',
     `the request body (${over.drained ? '' : 'at least '}${over.bytes} bytes) is larger than the ${MCP_MAX_BODY_BYTES} bytes /mcp takes: a message of at most ${DEFAULT_MAX_MESSAGE_BYTES} bytes and the JSON-RPC around it; send less, or put the bulk where the recipient can fetch it and send a reference`,
@@ -161,7 +252,7 @@ function answerTooLarge(res: ServerResponse, over: Oversized): void {
   if (!over.drained) res.setHeader('connection', 'close');
   const { id, method } = frameOf(over.head, over.tail);
   const error = {
-    code: ErrorCode.InvalidRequest,
+    code: ProtocolErrorCode.InvalidRequest,
     message: `payload_too_large: ${err.message}`,
     data: { ...err.toJSON(), limit_bytes: MCP_MAX_BODY_BYTES },
   };
@@ -169,7 +260,13 @@ function answerTooLarge(res: ServerResponse, over: Oversized): void {
     // no request to answer: the HTTP status says it, and MCP's error response without an id
     sendJson(res, 413, { jsonrpc: '2.0', error });
   } else if (method === 'tools/call') {
-    const result = toolError(err, { limit_bytes: MCP_MAX_BODY_BYTES });
+    // MCP 2026-07-28 and later mark a result as whole (their clients refuse one that is not);
+    // their requests name their version in this header, those of the 2025 era one of theirs
+    const modern = typeof version === 'string' && !SUPPORTED_PROTOCOL_VERSIONS.includes(version);
+    const result = {
+      ...toolError(err, { limit_bytes: MCP_MAX_BODY_BYTES }),
+      ...(modern ? { resultType: 'complete' } : {}),
+    };
     sendJson(res, 200, { jsonrpc: '2.0', id, result } satisfies JSONRPCMessage);
   } else {
     sendJson(res, 200, { jsonrpc: '2.0', id, error } satisfies JSONRPCMessage);

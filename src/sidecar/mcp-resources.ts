@@ -5,16 +5,15 @@
  * either door: the sidecar's service, or `agent-gateway mcp`'s HTTP. No subscriptions: the
  * server is stateless, and the topology changes only with a restart of the adapter.
  */
-import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
-  ListResourcesRequestSchema,
-  ListResourceTemplatesRequestSchema,
-  McpError,
-  ReadResourceRequestSchema,
+  type JSONRPCMessage,
+  ProtocolError,
+  ProtocolErrorCode,
   type ReadResourceResult,
   type Resource,
-  type ResourceTemplate,
-} from '@modelcontextprotocol/sdk/types.js';
+  type ResourceTemplateType,
+  type Server,
+} from '@modelcontextprotocol/server';
 import {
   type AgentApi,
   type CallOptions,
@@ -26,23 +25,45 @@ import { isGatewayError } from '../protocol/errors.js';
 
 /** Registers resources/list, resources/templates/list and resources/read on `server`. */
 export function serveResources(server: Server, api: AgentApi): void {
-  server.setRequestHandler(ListResourcesRequestSchema, (_, extra) =>
-    refusalAsError(listResources(api, { signal: extra.signal })),
+  server.setRequestHandler('resources/list', (_, ctx) =>
+    refusalAsError(listResources(api, { signal: ctx.mcpReq.signal })),
   );
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({
+  server.setRequestHandler('resources/templates/list', () => ({
     resourceTemplates: [CHANNEL_TEMPLATE],
   }));
-  server.setRequestHandler(ReadResourceRequestSchema, (request, extra) =>
-    refusalAsError(readResource(api, request.params.uri, { signal: extra.signal })),
+  server.setRequestHandler('resources/read', (request, ctx) =>
+    refusalAsError(readResource(api, request.params.uri, { signal: ctx.mcpReq.signal })),
   );
 }
 
-/** MCP's code for a resource that does not exist (spec 2025-11-25, "Resources", Error Handling). */
+/**
+ * MCP's code for a resource that does not exist in 2025-11-25 and earlier ("Resources", Error
+ * Handling). 2026-07-28 made it -32602 (Invalid Params, with the URI as `data.uri`), and the SDK
+ * 2.x answers that in every era: what this server throws is -32002, sent as -32602 to a client
+ * of 2026-07-28 and put back to -32002 for one of the 2025 era (resourceNotFoundOf2025).
+ */
 const RESOURCE_NOT_FOUND = -32002;
+
+/** How this server's "resource not found" starts (notFound below). */
+const NOT_FOUND = 'Resource not found: ';
+
+/**
+ * `message` as the 2025 era has it: this server's "resource not found", which the SDK 2.x sends
+ * as -32602, with that era's -32002 again; any other message as it is. For answers to requests
+ * of that era only (the sidecar's /mcp and `agent-gateway mcp` know which are).
+ */
+export function resourceNotFoundOf2025(message: JSONRPCMessage): JSONRPCMessage {
+  if (!('error' in message) || message.error.code !== ProtocolErrorCode.InvalidParams) {
+    return message;
+  }
+  const { data } = message.error as { data?: { uri?: unknown } };
+  if (typeof data?.uri !== 'string' || !message.error.message.startsWith(NOT_FOUND)) return message;
+  return { ...message, error: { ...message.error, code: RESOURCE_NOT_FOUND } };
+}
 
 const CHANNELS_URI = 'agw://channels';
 
-const CHANNEL_TEMPLATE: ResourceTemplate = {
+const CHANNEL_TEMPLATE: ResourceTemplateType = {
   uriTemplate: `${CHANNELS_URI}/{name}`,
   name: 'channel',
   title: 'A channel of yours',
@@ -69,7 +90,7 @@ async function refusalAsError<T>(read: Promise<T>): Promise<T> {
   } catch (err) {
     if (!isGatewayError(err)) throw err;
     const retry = err.retryAfterS === undefined ? {} : { retry_after_s: err.retryAfterS };
-    throw new McpError(-32000, `${err.code}: ${err.message}`, { ...err.toJSON(), ...retry });
+    throw new ProtocolError(-32000, `${err.code}: ${err.message}`, { ...err.toJSON(), ...retry });
   }
 }
 
@@ -123,7 +144,7 @@ async function readResource(
   return json(one);
 }
 
-function notFound(uri: string, why = `no resource here is named ${uri}`): McpError {
-  const message = `Resource not found: ${why} (${CHANNELS_URI} lists yours)`;
-  return new McpError(RESOURCE_NOT_FOUND, message, { uri });
+function notFound(uri: string, why = `no resource here is named ${uri}`): ProtocolError {
+  const message = `${NOT_FOUND}${why} (${CHANNELS_URI} lists yours)`;
+  return new ProtocolError(RESOURCE_NOT_FOUND, message, { uri });
 }

@@ -19,24 +19,18 @@
  * `agw://channels` and `agw://channels/{name}` (mcp-resources.ts: `me`'s channels and members).
  */
 
-import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
-  CallToolRequestSchema,
   type CallToolResult,
-  ErrorCode,
-  InitializeRequestSchema,
+  isJSONRPCRequest,
+  isSpecType,
   type JSONRPCMessage,
   type JSONRPCRequest,
-  JSONRPCRequestSchema,
-  ListResourcesRequestSchema,
-  ListResourceTemplatesRequestSchema,
-  ListToolsRequestSchema,
-  McpError,
-  PingRequestSchema,
-  ReadResourceRequestSchema,
-  SUPPORTED_PROTOCOL_VERSIONS,
+  PROTOCOL_VERSION_META_KEY,
+  ProtocolError,
+  ProtocolErrorCode,
+  Server,
   type Tool,
-} from '@modelcontextprotocol/sdk/types.js';
+} from '@modelcontextprotocol/server';
 import type { z } from 'zod';
 import {
   type AgentApi,
@@ -128,27 +122,31 @@ export interface McpServerOptions {
 }
 
 /**
- * An MCP server with the tools over `ops`; connect it to a transport. The SDK's low-level
- * Server, not its McpServer: McpServer makes each tool's JSON Schema again at every tools/list
- * and refuses the envelope's payload check (a zod custom type) there, and it answers a bad
- * argument with a sentence of its own instead of the catalogue's code naming the field.
+ * An MCP server with the tools over `ops`, for one `/mcp` request or one stdio connection, of
+ * either protocol era: the SDK's serving entries (createMcpHandler, serveStdio) and the 2025
+ * era's transport (mcp-endpoint.ts) connect it. The SDK's low-level Server, not its McpServer
+ * (which SDK 2.x recommends, marking Server deprecated, while serving both alike): the tools are
+ * the operations' own schemas and checks, their JSON Schemas made once, and a bad argument is the
+ * catalogue's code naming the field. McpServer (as of 1.x) made each tool's JSON Schema again at
+ * every tools/list, refused the envelope's payload check (a zod custom type) there, and answered
+ * a bad argument with a sentence of its own.
  */
 export function mcpServer(api: AgentApi, opts: McpServerOptions = {}): Server {
   const server = new Server(
     { name: 'agent-gateway', title: 'agent-gateway', version: VERSION },
     { capabilities: { tools: {}, resources: {} }, instructions: INSTRUCTIONS },
   );
-  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: [...TOOL_LIST] }));
+  server.setRequestHandler('tools/list', () => ({ tools: [...TOOL_LIST] }));
   serveResources(server, api);
-  // extra.signal aborts when the client cancels the call, or when the transport closes (the
-  // sidecar's /mcp closes it with the HTTP response: mcp-endpoint.ts)
-  server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
+  // the signal aborts when the client cancels the call, or when the exchange ends (the sidecar's
+  // /mcp ends it with the HTTP request: mcp-endpoint.ts)
+  server.setRequestHandler('tools/call', (request, ctx) =>
     callTool(
       api,
       request.params.name,
       request.params.arguments ?? {},
       opts,
-      extra.signal,
+      ctx.mcpReq.signal,
       traceFromMeta(request.params._meta),
     ),
   );
@@ -166,7 +164,7 @@ export async function callTool(
 ): Promise<CallToolResult> {
   const t = BY_NAME.get(name);
   if (t === undefined && name !== SEARCH_TOOL.name) {
-    throw new McpError(ErrorCode.InvalidParams, `no tool named "${name}"`);
+    throw new ProtocolError(ProtocolErrorCode.InvalidParams, `no tool named "${name}"`);
   }
   try {
     if (t === undefined) return toolResult(await searchMessages(api, args, { signal, trace }));
@@ -241,97 +239,41 @@ function errorResult(error: Record<string, unknown>, retryAfterS: number | undef
   };
 }
 
-/** The requests this server answers, each with the SDK's schema of it. */
-const REQUESTS = new Map<string, { safeParse(v: unknown): { success: boolean; error?: unknown } }>([
-  ['initialize', InitializeRequestSchema],
-  ['ping', PingRequestSchema],
-  ['tools/list', ListToolsRequestSchema],
-  ['tools/call', CallToolRequestSchema],
-  ['resources/list', ListResourcesRequestSchema],
-  ['resources/templates/list', ListResourceTemplatesRequestSchema],
-  ['resources/read', ReadResourceRequestSchema],
+/** The requests this server answers, each with the SDK's check of its shape. */
+const REQUESTS = new Map<string, (m: unknown) => boolean>([
+  ['initialize', isSpecType.InitializeRequest],
+  ['ping', isSpecType.PingRequest],
+  ['tools/list', isSpecType.ListToolsRequest],
+  ['tools/call', isSpecType.CallToolRequest],
+  ['resources/list', isSpecType.ListResourcesRequest],
+  ['resources/templates/list', isSpecType.ListResourceTemplatesRequest],
+  ['resources/read', isSpecType.ReadResourceRequest],
 ]);
 
-/** The protocol versions this server speaks, newest first (the SDK's: 1.x ends at 2025-11-25). */
-export const PROTOCOL_VERSIONS: readonly string[] = SUPPORTED_PROTOCOL_VERSIONS;
-
-/** Where a request of MCP 2026-07-28 and later says its version (there is no initialize). */
-const VERSION_META = 'io.modelcontextprotocol/protocolVersion';
-
 /**
- * The refusal of a request of a protocol version this server does not speak, or undefined.
- * MCP 2026-07-28 dropped `initialize`: its clients call `server/discover` (stdio's probe) or
- * any method with the version in `params._meta`. The SDK 1.x this server runs on speaks up to
- * 2025-11-25 (its README: 2026-07-28 is in the SDK's v2 packages alone), so such a request is
- * refused naming the versions it speaks. Not with 2026-07-28's own UnsupportedProtocolVersionError
- * (-32022): a client that speaks both eras takes that code for a server of the new era and
- * would not fall back to `initialize`, which is what works here; `server/discover` is "method
- * not found" (-32601), the answer such a client falls back on, anything else -32600.
+ * Whether `r` is a request of the 2025 era (2025-11-25 and earlier): one of MCP 2026-07-28 and
+ * later names its version in `params._meta` instead (and has no `initialize`).
  */
-function otherProtocol(r: JSONRPCRequest): JSONRPCMessage | undefined {
-  const asked = (r.params?._meta as Record<string, unknown> | undefined)?.[VERSION_META];
-  const version = typeof asked === 'string' ? asked : undefined;
-  const speaks = `this server speaks MCP ${PROTOCOL_VERSIONS.join(', ')}: start with initialize`;
-  if (r.method === 'server/discover') {
-    return {
-      jsonrpc: '2.0',
-      id: r.id,
-      error: {
-        code: ErrorCode.MethodNotFound,
-        message: `Method not found: server/discover is MCP 2026-07-28's and later${version === undefined ? '' : ` (asked: ${version})`}; ${speaks}`,
-      },
-    };
-  }
-  if (version === undefined || PROTOCOL_VERSIONS.includes(version)) return undefined;
-  return {
-    jsonrpc: '2.0',
-    id: r.id,
-    error: {
-      code: ErrorCode.InvalidRequest,
-      message: `Unsupported protocol version ${version}; ${speaks}`,
-    },
-  };
+export function ofEra2025(r: JSONRPCRequest): boolean {
+  const meta = r.params?._meta as Record<string, unknown> | undefined;
+  return meta?.[PROTOCOL_VERSION_META_KEY] === undefined;
 }
 
 /**
- * The answer to a frame holding a request this server refuses before the SDK sees it, or
- * undefined:
- * - a request of a protocol version it does not speak (otherProtocol above), as refuseProtocol;
- * - a request whose params do not fit its method. The SDK parses params in its handler wrapper
- *   and answers a failure as -32603, an internal error (SDK 1.32: `initialize` without
- *   `protocolVersion`, `tools/call` whose `name` is no string); it is the caller's mistake, so
- *   it is answered -32602.
- * The sidecar's /mcp and `agent-gateway mcp` both ask here first. A batch holding one is refused
- * whole, each request answered, none run. A frame that is not a JSON-RPC request, or a method
- * this server does not answer, is left to the SDK, which answers those well.
+ * The answer to a frame holding a request of the 2025 era whose params do not fit its method, or
+ * undefined. The SDK answers some of those as an internal error (SDK 2.4: `initialize` without
+ * `protocolVersion` is -32603), others -32602 with its parser's report; it is the caller's
+ * mistake, so each is answered here -32602 `<method>: invalid params`, as this server did with
+ * SDK 1.x. The sidecar's /mcp and `agent-gateway mcp` both ask here before the SDK sees the
+ * frame. A batch holding one is refused whole, each request answered, none run. A request of
+ * 2026-07-28 is the SDK's to judge (-32602 too, and `initialize`, which that era removed, -32601
+ * as it has it), as are a frame that is not a JSON-RPC request and a method this server does not
+ * answer.
  */
 export function refuseInvalidParams(body: unknown): JSONRPCMessage | JSONRPCMessage[] | undefined {
-  return refuseProtocol(body) ?? refuse(body, (r, m) => invalidParams(r, m));
-}
-
-/** The answer to a frame holding a request of a protocol version not spoken here, or undefined. */
-export function refuseProtocol(body: unknown): JSONRPCMessage | JSONRPCMessage[] | undefined {
-  return refuse(body, (r) => otherProtocol(r));
-}
-
-function invalidParams(r: JSONRPCRequest, m: unknown): JSONRPCMessage | undefined {
-  if (REQUESTS.get(r.method)?.safeParse(m).success !== false) return undefined;
-  return {
-    jsonrpc: '2.0',
-    id: r.id,
-    error: { code: ErrorCode.InvalidParams, message: `${r.method}: invalid params` },
-  };
-}
-
-/** The frame's requests judged by `refusal`: if one is refused, the whole frame's answer. */
-function refuse(
-  body: unknown,
-  refusal: (r: JSONRPCRequest, m: unknown) => JSONRPCMessage | undefined,
-): JSONRPCMessage | JSONRPCMessage[] | undefined {
-  const requests = (Array.isArray(body) ? body : [body]).flatMap((m) => {
-    const r = JSONRPCRequestSchema.safeParse(m);
-    return r.success ? [{ r: r.data, refused: refusal(r.data, m) }] : [];
-  });
+  const requests = (Array.isArray(body) ? body : [body]).flatMap((m) =>
+    isJSONRPCRequest(m) && ofEra2025(m) ? [{ r: m, refused: invalidParams(m) }] : [],
+  );
   const bad = requests.find((q) => q.refused !== undefined);
   if (bad === undefined) return undefined;
   if (!Array.isArray(body)) return bad.refused;
@@ -341,9 +283,18 @@ function refuse(
         jsonrpc: '2.0',
         id: q.r.id,
         error: {
-          code: ErrorCode.InvalidParams,
+          code: ProtocolErrorCode.InvalidParams,
           message: `refused with its batch: request ${bad.r.id} (${bad.r.method}) was refused`,
         },
       },
   );
+}
+
+function invalidParams(r: JSONRPCRequest): JSONRPCMessage | undefined {
+  if (REQUESTS.get(r.method)?.(r) !== false) return undefined;
+  return {
+    jsonrpc: '2.0',
+    id: r.id,
+    error: { code: ProtocolErrorCode.InvalidParams, message: `${r.method}: invalid params` },
+  };
 }

@@ -104,7 +104,9 @@ beforeAll(async () => {
   qa = await sidecarFor('qa', adapter.url, shared);
 });
 
-it('offers the contract tools; a task is sent, fetched, answered and acked, and its sender sees it acked', async () => {
+it('offers the contract tools; a task is sent, fetched, answered and acked, and its sender sees it acked', {
+  timeout: 30_000, // two processes started, then the exchange: past 5 s on a loaded machine
+}, async () => {
   const pmMcp = await mcpFor(pm.url);
   const qaMcp = await mcpFor(qa.url);
   await expectContractTools(qaMcp.client);

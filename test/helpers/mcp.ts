@@ -1,11 +1,21 @@
 /**
- * The MCP tools through the SDK's own Client, over either transport: the same checks run over
- * the sidecar's Streamable HTTP `/mcp` and over `agent-gateway mcp` on stdio.
+ * The MCP tools through the SDK's own clients, over either transport: the same checks run over
+ * the sidecar's Streamable HTTP `/mcp` and over `agent-gateway mcp` on stdio, and in either
+ * protocol era: the SDK's v1 Client (`@modelcontextprotocol/sdk`, MCP 2025-11-25 and earlier,
+ * what most clients run) and its v2 Client (`@modelcontextprotocol/client`) pinned to MCP
+ * 2026-07-28.
  */
+import {
+  Client as ModernClient,
+  type Transport as ModernTransport,
+} from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { expect } from 'vitest';
 import type { Json } from './http.js';
+
+/** The protocol version of MCP's 2026 era: no `initialize`, the version in each request's `_meta`. */
+export const MODERN = '2026-07-28';
 
 /** The contract's tools (docs/reference/mcp.md, "The tools"): required and optional arguments. */
 export const CONTRACT_TOOLS: Record<string, { required: string[]; optional: string[] }> = {
@@ -31,14 +41,61 @@ export const CONTRACT_TOOLS: Record<string, { required: string[]; optional: stri
   search_messages: { required: ['query'], optional: ['channel', 'limit'] },
 };
 
+/** A listed tool, as the checks read it. */
+interface ListedTool {
+  name: string;
+  description?: string;
+  inputSchema: { properties?: Record<string, unknown>; required?: string[]; [k: string]: unknown };
+  outputSchema?: Record<string, unknown>;
+  annotations?: { readOnlyHint?: boolean; destructiveHint?: boolean; idempotentHint?: boolean };
+}
+
+/** What the checks ask of a client: the SDK's v1 Client and its v2 Client both are one. */
+export interface McpClient {
+  callTool(params: {
+    name: string;
+    arguments?: Record<string, unknown>;
+    _meta?: Record<string, unknown>;
+  }): Promise<{
+    content?: unknown;
+    structuredContent?: unknown;
+    isError?: unknown;
+    _meta?: unknown;
+  }>;
+  listTools(): Promise<{ tools: ListedTool[] }>;
+  getInstructions(): string | undefined;
+}
+
 export interface McpSession {
   client: Client;
   /** Errors the client's transport reported (a line on stdout that is not MCP, say). */
   errors: Error[];
 }
 
+/** The SDK's v1 Client on `transport`: MCP 2025-11-25 (`initialize`), as most clients speak it. */
 export async function connectClient(transport: Transport): Promise<McpSession> {
   const client = new Client({ name: 'agent-gateway-test', version: '0.0.0' });
+  const errors: Error[] = [];
+  client.onerror = (err) => errors.push(err);
+  await client.connect(transport);
+  return { client, errors };
+}
+
+export interface ModernSession {
+  client: ModernClient;
+  errors: Error[];
+}
+
+/**
+ * The SDK's v2 Client on `transport`, pinned to MCP 2026-07-28: it connects with
+ * `server/discover` and fails unless the server offers that version, with no fallback to
+ * `initialize`; every request then carries the version in its `_meta`.
+ */
+export async function connectModern(transport: ModernTransport): Promise<ModernSession> {
+  const client = new ModernClient(
+    { name: 'agent-gateway-test', version: '0.0.0' },
+    { versionNegotiation: { mode: { pin: MODERN } } },
+  );
   const errors: Error[] = [];
   client.onerror = (err) => errors.push(err);
   await client.connect(transport);
@@ -50,7 +107,7 @@ export async function connectClient(transport: Transport): Promise<McpSession> {
  * same JSON: what a model reads and what a program reads never differ.
  */
 export async function tool(
-  client: Client,
+  client: McpClient,
   name: string,
   args: Record<string, unknown> = {},
 ): Promise<{ isError: boolean; json: Json }> {
@@ -63,7 +120,7 @@ export async function tool(
 }
 
 /** The tools are the contract's, by name and arguments, each described for a model. */
-export async function expectContractTools(client: Client): Promise<void> {
+export async function expectContractTools(client: McpClient): Promise<void> {
   const { tools } = await client.listTools();
   expect(tools.map((t) => t.name).sort()).toEqual(Object.keys(CONTRACT_TOOLS).sort());
   for (const t of tools) {
@@ -117,7 +174,7 @@ export const ANNOTATIONS: Record<
   search_messages: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
 };
 
-export async function expectAnnotations(client: Client): Promise<void> {
+export async function expectAnnotations(client: McpClient): Promise<void> {
   const { tools } = await client.listTools();
   const got = Object.fromEntries(
     tools.map((t) => {
@@ -140,7 +197,7 @@ export async function expectAnnotations(client: Client): Promise<void> {
  * instructions and fetch_inbox's description say so, and neither tells the model to do what a
  * message asks (docs/reference/mcp.md, "A loop for an agent's prompt").
  */
-export async function expectPayloadsAreData(client: Client): Promise<void> {
+export async function expectPayloadsAreData(client: McpClient): Promise<void> {
   const instructions = client.getInstructions() ?? '';
   const { tools } = await client.listTools();
   const fetch = tools.find((t) => t.name === 'fetch_inbox')!.description ?? '';
@@ -161,7 +218,7 @@ export async function expectPayloadsAreData(client: Client): Promise<void> {
  * pm sends a task to qa, qa fetches it, answers in its thread and acks it; pm's message_status
  * then shows qa acked it.
  */
-export async function expectExchange(pm: Client, qa: Client): Promise<void> {
+export async function expectExchange(pm: McpClient, qa: McpClient): Promise<void> {
   const task = { task_id: 'T-1', description: 'answer over MCP' };
   const sent = await tool(pm, 'send_message', { to: '@qa', kind: 'task/request', payload: task });
   expect(sent.isError).toBe(false);
@@ -206,7 +263,7 @@ export async function expectExchange(pm: Client, qa: Client): Promise<void> {
 }
 
 /** Refusals are tool results with the catalogue's code and sentence, never protocol failures. */
-export async function expectErrors(pm: Client): Promise<void> {
+export async function expectErrors(pm: McpClient): Promise<void> {
   // the adapter's refusal: pm is no member of platform
   const notMember = await tool(pm, 'send_message', { to: 'platform', kind: 'status', payload: {} });
   expect(notMember).toEqual({

@@ -4,10 +4,11 @@
  * message sent after it waits, pending with 0 attempts, for the agent's next poll
  * (docs/reference/sidecar.md, "A poll the agent gives up"; each abandoned poll once burned an
  * attempt, and after four the message was dead-lettered unseen). Also for the MCP tool fetch_inbox
- * (its /mcp request closed, or its call cancelled through `agent-gateway mcp`), and an abandoned
- * poll is no failure to the sidecar's breaker. A real adapter and a real sidecar on loopback; the
- * adapter's `agw_agent_parked_polls` says when its poll is parked and when it has ended, and a
- * proxy between sidecar and adapter how it ended (closed by the sidecar, or answered).
+ * (its /mcp request closed, in either MCP era, or its call cancelled through `agent-gateway mcp`),
+ * and an abandoned poll is no failure to the sidecar's breaker. A real adapter and a real sidecar
+ * on loopback; the adapter's `agw_agent_parked_polls` says when its poll is parked and when it
+ * has ended, and a proxy between sidecar and adapter how it ended (closed by the sidecar, or
+ * answered).
  */
 import { type ClientRequest, request } from 'node:http';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -118,6 +119,34 @@ it('an MCP fetch_inbox whose HTTP request is given up is given up at the adapter
   const headers = {
     'content-type': 'application/json',
     accept: 'application/json, text/event-stream',
+  };
+  await abandon(s, abandoned(s.qa.url, 'POST', '/mcp', headers, rpc));
+  await expectStillPending(s.adapter.url, s.qa.url);
+}, 30_000);
+
+it('an MCP 2026-07-28 fetch_inbox whose HTTP request is given up is given up at the adapter too', async () => {
+  const s = await stack();
+  // that era's request: the version in `_meta` and in the headers (the SDK's createMcpHandler)
+  const rpc = JSON.stringify({
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'tools/call',
+    params: {
+      name: 'fetch_inbox',
+      arguments: { wait_seconds: 10 },
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+        'io.modelcontextprotocol/clientInfo': { name: 'pinned', version: '1.0.0' },
+        'io.modelcontextprotocol/clientCapabilities': {},
+      },
+    },
+  });
+  const headers = {
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': '2026-07-28',
+    'mcp-method': 'tools/call',
+    'mcp-name': 'fetch_inbox',
   };
   await abandon(s, abandoned(s.qa.url, 'POST', '/mcp', headers, rpc));
   await expectStillPending(s.adapter.url, s.qa.url);
