@@ -1,9 +1,10 @@
 /**
  * The audit log's chain, checked at start (docs/design/operators.md, "Verification"): walked
- * page by page through Store.audit by the same rule `agent-gateway audit verify` uses
- * (store/rules/audit-chain.ts), in the background once the adapter serves. A broken chain is
- * told, and nothing stops: messages are not at risk, so /health stays 200 and new entries
- * append after the break.
+ * page by page through Store.audit, from the anchor the store keeps beside the log to it, by the
+ * same rule `agent-gateway audit verify` uses (store/rules/audit-chain.ts), in the background
+ * once the adapter serves: entries changed, inserted, or removed anywhere (in the middle, at the
+ * oldest end, at the newest end) are named. A broken chain is told, and nothing stops: messages
+ * are not at risk, so /health stays 200 and new entries append after the break.
  *
  * It is told as every integrity failure is: an `alert/integrity` to the alerts_to agent
  * (reason `audit_chain`, `recipient` "audit_log", the break as `audit:<seq>:<kind>` in
@@ -20,8 +21,8 @@ import type { GroupCommit } from './group-commit.js';
 export const AUDIT_LOG_SUBJECT = 'audit_log';
 
 export interface AuditCheckOptions {
-  /** Where the entries are read (Store.audit). */
-  readonly store: Pick<Store, 'audit'>;
+  /** Where the entries and the anchor are read (Store.audit, Store.auditAnchor). */
+  readonly store: Pick<Store, 'audit' | 'auditAnchor'>;
   /** Where the alert is committed. */
   readonly commits: GroupCommit;
   readonly logger: Logger;
@@ -35,8 +36,10 @@ export interface AuditCheckOptions {
 export async function checkAuditChain(o: AuditCheckOptions): Promise<ChainReport | undefined> {
   const started = performance.now();
   let report: ChainReport;
+  const { store } = o;
+  const anchor = () => store.auditAnchor();
   try {
-    report = await verifyAuditChain((after, limit) => o.store.audit(after, limit));
+    report = await verifyAuditChain((after, limit) => store.audit(after, limit), { anchor });
   } catch (err) {
     o.logger.error(
       { err },

@@ -261,8 +261,18 @@ export class DeliveryService {
   }
 
   /** DELETE /v1/messages/{id}: the sender's scheduled message, before it fires. */
-  async cancelScheduled(agent: string, messageId: string): Promise<void> {
-    await this.#commits.run({ op: 'cancel_scheduled', sender: agent, messageId, now: this.#now() });
+  /**
+   * A scheduled message of `sender` cancelled; `audited` for an operator and alerts_to, whose
+   * messages the audit log records (rules/operators.ts actAudit).
+   */
+  async cancelScheduled(sender: string, messageId: string, audited: boolean): Promise<void> {
+    await this.#commits.run({
+      op: 'cancel_scheduled',
+      sender,
+      messageId,
+      now: this.#now(),
+      audited,
+    });
   }
 
   /** The agent is still working: each lease now ends extendMs from now. */

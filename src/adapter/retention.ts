@@ -7,8 +7,10 @@
  * behind more than one of them (a few milliseconds).
  *
  * The audit log has a horizon of its own (AGW_AUDIT_RETENTION_DAYS, 365): its entries older than
- * that go from the oldest end only, in the same batches, never the newest; the first kept entry's
- * prev_hash is then the anchor its verification starts from (store/rules/audit-chain.ts).
+ * that go from the oldest end only, in the same batches, never the newest. Each batch (the
+ * `prune_audit` op) moves the store's audit anchor in its own transaction: the last seq pruned
+ * and its hash, which the first kept entry must follow, so verification tells a prune from
+ * entries deleted behind the store's back (store/rules/audit-chain.ts).
  */
 import type { Logger } from 'pino';
 import type { GroupCommit } from './group-commit.js';

@@ -374,12 +374,12 @@ const ROUTES: readonly DocOperation[] = [
     operationId: 'cancelScheduled',
     summary: 'Cancel a scheduled message',
     description:
-      "For the sender of a message sent with `deliver_at`, before it fires: it is never sent. Its idempotency key stays taken (a retry of the send answers 200 with the same message_id and schedules nothing), and GET /v1/messages/{message_id} shows `cancelled_at`. A repeated cancel answers 204 again. 409 `already_sent` once it has fired (it has its channel sequence), 403 `not_your_message` for another agent's message, 404 `not_found` for an unknown id.",
+      "For the sender of a message sent with `deliver_at` (an agent, or an operator), before it fires: it is never sent; an operator's and the alerts_to agent's cancel is in the audit log (`cancel`). Its idempotency key stays taken (a retry of the send answers 200 with the same message_id and schedules nothing), and GET /v1/messages/{message_id} shows `cancelled_at`. A repeated cancel answers 204 again. 409 `already_sent` once it has fired (it has its channel sequence), 403 `not_your_message` for another agent's message, 404 `not_found` for an unknown id.",
     tag: 'messages',
     auth: true,
     pathParams: { message_id: 'The message_id its 201 gave.' },
     responses: [{ status: 204, description: 'Cancelled: it will not be sent.' }],
-    errors: ['not_an_agent', 'not_found', 'not_your_message', 'already_sent', ...STORE],
+    errors: ['not_found', 'not_your_message', 'already_sent', ...STORE],
   },
   {
     method: 'GET',

@@ -376,12 +376,13 @@ export function adapterRoutes(d: RouteDeps): Route<Who, Caller>[] {
       }),
     }),
     route({
-      // a scheduled message's sender cancels it before it fires (docs/design/time.md)
+      // a scheduled message's sender (an agent or an operator) cancels it before it fires
+      // (docs/design/time.md); an operator's and alerts_to's cancel is audited
       method: 'DELETE',
       path: '/v1/messages/:message_id',
-      who: 'agent',
+      who: 'sender',
       handler: async ({ ctx, params, res }) => {
-        await delivery.cancelScheduled(ctx.agent, params.message_id!);
+        await delivery.cancelScheduled(ctx.agent, params.message_id!, ctx.overseer);
         res.writeHead(204).end();
         return undefined;
       },

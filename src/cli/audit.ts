@@ -3,9 +3,11 @@
  * (docs/reference/configuration.md; docs/design/operators.md, "Verification"). `--db` is AGW_DB
  * (default ./data/adapter.db, as the adapter's): a SQLite file, opened read-only, or a postgres://
  * URL; nothing is migrated or written, so it may run while adapters serve. The chain is walked by
- * store/rules/audit-chain.ts, page by page. Exit 0: one line, "audit log: N entries, seq A..B,
- * chain intact"; 1: the first break, named by its seq and kind (changed, removed, inserted); 2: a
- * bad flag, or a store that cannot be reached or read (one line on stderr).
+ * store/rules/audit-chain.ts, page by page, from the anchor the store keeps beside the log to
+ * it, so entries removed at either end are named as well. Exit 0: one line, "audit log: N
+ * entries, seq A..B, chain intact"; 1: the first break, named by its seq and kind (changed,
+ * removed, inserted); 2: a bad flag, or a store that cannot be reached or read (one line on
+ * stderr).
  */
 import { z } from 'zod';
 import type { SettingSpec } from '../settings.js';
@@ -23,8 +25,9 @@ const Schema = z.strictObject({ db: z.string().min(1, 'must not be empty') });
 export const HELP: CommandHelp = {
   subcommand: 'verify',
   about:
-    'Walks the audit log from its first kept entry, page by page, from a SQLite file (opened ' +
-    'read-only) or a postgres:// URL; nothing is written, so it may run while adapters serve. ' +
+    'Walks the audit log from where retention pruned it to the newest entry its anchor holds, ' +
+    'page by page, from a SQLite file (opened read-only) or a postgres:// URL; nothing is ' +
+    'written, so it may run while adapters serve. ' +
     'Exit 0: one line, the chain intact; 1: the first break, by its seq and kind (changed, ' +
     'removed, inserted); 2: a bad flag, or a store that cannot be reached or read.',
   settings: AUDIT_SETTINGS,
@@ -48,7 +51,7 @@ export async function runAudit(argv: readonly string[], env: NodeJS.ProcessEnv):
   }
   let report: ChainReport;
   try {
-    report = await verifyAuditChain(source.read);
+    report = await verifyAuditChain(source.read, { anchor: source.anchor });
   } catch (err) {
     say(`cannot read the audit log: ${(err as Error).message}`);
     return 2;

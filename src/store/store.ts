@@ -15,6 +15,7 @@ import type { Assignment } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
 import type { Priority } from '../protocol/priority.js';
 import type { TraceContext } from '../protocol/trace-context.js';
+import type { AuditAnchor } from './rules/audit-chain.js';
 
 /** The states of a delivery row (one per recipient of a message). */
 export const DeliveryState = {
@@ -409,6 +410,8 @@ export type StoreOp =
       readonly sender: string;
       readonly messageId: string;
       readonly now: number;
+      /** Audited in its transaction when it cancels (rules/operators.ts actAudit). */
+      readonly audited?: boolean;
     }
   /**
    * An ask's reply (docs/design/time.md, "Asking"): the first copy held by `agent`, by delivery
@@ -454,7 +457,8 @@ export interface OpResults {
   /** Its progress after the step; undefined: no such redrive. */
   redrive_step: RedriveState | undefined;
   audit: AuditEntry;
-  cancel_scheduled: { cancelled: true };
+  /** `changed`: false for a repeat of a cancel (nothing changed). */
+  cancel_scheduled: { cancelled: true; changed: boolean };
   /** The reply as the inbox hands a delivery out, plus its `state`; undefined: none yet. */
   take_reply: DeliveryJson | undefined;
 }
@@ -749,6 +753,11 @@ export interface Store {
   lastSequences(): Promise<Record<string, number>>;
   /** Audit entries with seq > after, oldest first. */
   audit(after: number, limit: number): Promise<AuditEntry[]>;
+  /**
+   * The audit log's anchor (rules/audit-chain.ts): its newest entry and what retention pruned,
+   * kept beside it in every append's and prune's transaction; undefined: its row is gone.
+   */
+  auditAnchor(): Promise<AuditAnchor | undefined>;
   /** Each agent's last heartbeat and queue depth. */
   agents(ids: Iterable<string>): Promise<AgentState[]>;
   /** Pending plus leased deliveries of an agent, and how many are critical. */

@@ -212,6 +212,9 @@ describe.each(engines)('the audit chain checked at start, %s store', (name, open
       audit: async () => {
         throw new Error('the disk went away');
       },
+      auditAnchor: async () => {
+        throw new Error('the disk went away');
+      },
     };
     expect(await checkAuditChain({ store: failing, commits, logger, now })).toBeUndefined();
     expect(logged).toHaveLength(1);

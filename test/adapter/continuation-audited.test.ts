@@ -123,6 +123,38 @@ describe.each(['sqlite', 'postgresql'] as const)('on %s', (engine) => {
     });
   });
 
+  it("lets an operator cancel its scheduled message, and audits an operator's and alerts_to's cancels once", async () => {
+    await start(engine);
+    const later = () => new Date(Date.now() + 3_600_000).toISOString();
+    const cancel = (agent: string, id: string) =>
+      call(t!.url, 'DELETE', `/v1/messages/${id}`, { agent });
+    const byOperator = await post('single', 'operator:alice', {
+      ...message('@qa'),
+      deliver_at: later(),
+    });
+    expect((await cancel('operator:alice', byOperator.message_id as string)).status).toBe(204);
+    // a repeat answers as the first, and changes nothing
+    expect((await cancel('operator:alice', byOperator.message_id as string)).status).toBe(204);
+    const root = await post('single', 'pm', message('@orchestrator'));
+    const byOverseer = await post('single', 'orchestrator', {
+      ...message('@pm', root.message_id as string),
+      deliver_at: later(),
+    });
+    expect((await cancel('orchestrator', byOverseer.message_id as string)).status).toBe(204);
+    // an agent's own cancel is its own business, as its messages are
+    const byAgent = await post('single', 'qa', { ...message('@pm'), deliver_at: later() });
+    expect((await cancel('qa', byAgent.message_id as string)).status).toBe(204);
+    // another's scheduled message: refused, nothing audited
+    const other = await post('single', 'pm', { ...message('@qa'), deliver_at: later() });
+    expect((await cancel('operator:alice', other.message_id as string)).status).toBe(403);
+
+    expect((await auditOf('cancel')).map((e) => [e.actor, e.target])).toEqual([
+      ['operator:alice', byOperator.message_id],
+      ['orchestrator', byOverseer.message_id],
+    ]);
+    await expectChainSound();
+  });
+
   it('audits each item of one batch in the order the batch stored them', async () => {
     await start(engine);
     const messages = [message('@qa'), message('@pm'), message('@qa')];

@@ -2,9 +2,12 @@
  * `agent-gateway audit verify` (the built CLI, a real child process) against a SQLite file and a
  * PostgreSQL database whose audit log was appended by the real store: exit 0 and one line when
  * the chain is intact (also while the store is open and its entries are still in the WAL), exit 1
- * naming the seq and kind of the first break after a row is changed, removed or inserted with
- * SQL; exit 2 and one line on stderr for a bad flag, a missing subcommand, a missing file, a
- * file that is no adapter's store and an unreachable database. AGW_DB is the default of --db.
+ * naming the seq and kind of the first break after a row is changed, removed (in the middle, the
+ * newest ones, all of them, the oldest ones without a prune) or inserted with SQL; exit 2 and one
+ * line on stderr for a bad flag, a missing subcommand, a missing file, a file that is no
+ * adapter's store and an unreachable database. AGW_DB is the default of --db. A SQLite store
+ * copied to PostgreSQL by migrate-store keeps its anchor: its prune verifies there, a deletion
+ * of its newest entry does not.
  */
 import { copyFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,8 +15,10 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store/open.js';
+import { copyFromSqlite } from '../../src/store/postgres/copy-from-sqlite.js';
 import { openPgStore } from '../../src/store/postgres/pg-store.js';
 import { auditEntry } from '../../src/store/rules/operators.js';
+import { openCopySource } from '../../src/store/sqlite/copy-source.js';
 import type { AuditDraft, AuditEntry, Store } from '../../src/store/store.js';
 import { runCli } from '../helpers/cli.js';
 import { testDatabase } from '../helpers/pg.js';
@@ -74,6 +79,21 @@ const TAMPERINGS: [string, (entries: AuditEntry[]) => [string, unknown[]][], Reg
     'a forged row with its hash recomputed',
     forgedInsert,
     /^audit log: chain broken at seq 3 \(inserted\): /,
+  ],
+  [
+    'the newest rows removed',
+    () => [['DELETE FROM audit_log WHERE seq >= 5', []]],
+    /^audit log: chain broken at seq 5 \(removed\): seq 5\.\.6 are missing at the newest end: the last entry is seq 4, the anchor holds seq 6\n$/,
+  ],
+  [
+    'every row removed',
+    () => [['DELETE FROM audit_log', []]],
+    /^audit log: chain broken at seq 1 \(removed\): seq 1\.\.6 are missing: the log is empty \(nothing was pruned\), the anchor holds seq 6\n$/,
+  ],
+  [
+    'the oldest rows removed without a prune',
+    () => [['DELETE FROM audit_log WHERE seq <= 2', []]],
+    /^audit log: chain broken at seq 1 \(removed\): seq 1\.\.2 are missing before seq 3, the first entry \(nothing was pruned\)\n$/,
   ],
 ];
 
@@ -218,5 +238,58 @@ describe('audit verify on a PostgreSQL database', () => {
       /^agent-gateway audit: cannot reach postgres:\/\/postgres@127\.0\.0\.1:1\/agw_nowhere: /,
     );
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  });
+});
+
+describe('audit verify on a store copied by migrate-store', () => {
+  const { dir, cleanup } = tempDir('agw-audit-copy-');
+  let drop: (() => Promise<void>) | undefined;
+  afterAll(async () => {
+    await drop?.();
+    cleanup();
+  });
+
+  it('verifies from the anchor the file kept, its prune included; the newest removed is named', {
+    timeout: 60_000,
+  }, async () => {
+    const file = join(dir, 'adapter.db');
+    const store = await openStore(file, OPTIONS);
+    try {
+      await appendAll(store);
+      // entries are a second apart from T0 + 1 s: 1 and 2 go
+      const { results } = await store.commit([
+        { op: 'prune_audit', before: T0 + 2500, limit: 100 },
+      ]);
+      expect(results[0]).toMatchObject({ ok: 2 });
+    } finally {
+      await store.close();
+    }
+    const t = await testDatabase();
+    drop = t.drop;
+    const source = openCopySource(file);
+    try {
+      expect(await copyFromSqlite(source, t.url)).toMatchObject({ audit: N - 2 });
+    } finally {
+      source.close();
+    }
+    expect(await verify(t.url)).toEqual({
+      code: 0,
+      stdout: `audit log: ${N - 2} entries, seq 3..${N}, chain intact\n`,
+      stderr: '',
+    });
+    const c = new pg.Client({ connectionString: t.url });
+    await c.connect();
+    try {
+      await c.query('DELETE FROM audit_log WHERE seq = $1', [N]);
+    } finally {
+      await c.end();
+    }
+    const r = await verify(t.url);
+    expect(r.stdout).toMatch(
+      new RegExp(
+        `^audit log: chain broken at seq ${N} \\(removed\\): seq ${N} is missing at the newest end`,
+      ),
+    );
+    expect(r.code).toBe(1);
   });
 });

@@ -2,13 +2,20 @@
  * The audit log's verification rule (store/rules/audit-chain.ts) on chains made in memory by the
  * adapter's own append (auditEntry), then tampered with as a person with the database could:
  * each break is named by the right seq and kind, across page boundaries (pages of 3), and a
- * chain that starts past seq 1 (pruned) is taken from its anchor. The engines' tests
+ * chain that starts past seq 1 (pruned) is taken from its first entry when no anchor is kept.
+ * With the anchor the store keeps beside the log (its newest entry, and where retention
+ * pruned), entries removed at either end are named too, the newest entry rewritten with its
+ * hash recomputed is, and appends or prunes while the walk reads are not taken for tampering;
+ * an append's numbering (nextAudit) never gives a seq twice. The engines' tests
  * (audit-tamper.test.ts) do the same through real SQL.
  */
 import { describe, expect, it } from 'vitest';
 import {
+  type AuditAnchor,
   type AuditPages,
   chainSummary,
+  nextAudit,
+  prunedTo,
   selfConsistent,
   verifyAuditChain,
 } from '../../src/store/rules/audit-chain.js';
@@ -221,5 +228,248 @@ describe('audit chain verification', () => {
     };
     const r = await verifyAuditChain(read, { pageSize: 3 });
     expect(r).toEqual({ entries: 4, first: 7, last: 10, broken: undefined });
+  });
+});
+
+/** The anchor a store keeps after appending `log` (its newest) and pruning up to `pruned`. */
+const anchorAfter = (log: readonly AuditEntry[], pruned = 0): AuditAnchor => ({
+  seq: log.at(-1)?.seq ?? 0,
+  hash: log.at(-1)?.hash ?? GENESIS_HASH,
+  prunedSeq: pruned,
+  prunedHash: pruned === 0 ? GENESIS_HASH : log[pruned - 1]!.hash,
+});
+
+const verifyAnchored = (entries: readonly AuditEntry[], anchor: AuditAnchor | undefined) =>
+  verifyAuditChain(pages(entries), { pageSize: 3, anchor: async () => anchor });
+
+describe('audit chain verification from the anchor', () => {
+  it('a sound log verifies from its anchor; entries missing at the newest end are `removed`, named by the first: one, several, all', async () => {
+    const log = chain(10);
+    expect(await verifyAnchored(log, anchorAfter(log))).toEqual({
+      entries: 10,
+      first: 1,
+      last: 10,
+      broken: undefined,
+    });
+    const pruned = log.filter((e) => e.seq > 3);
+    expect(await verifyAnchored(pruned, anchorAfter(log, 3))).toEqual({
+      entries: 7,
+      first: 4,
+      last: 10,
+      broken: undefined,
+    });
+    expect(await verifyAnchored([], anchorAfter([]))).toEqual({
+      entries: 0,
+      first: undefined,
+      last: undefined,
+      broken: undefined,
+    });
+    const anchor = anchorAfter(log);
+    const one = await verifyAnchored(log.slice(0, 9), anchor);
+    expect(chainSummary(one)).toBe(
+      'audit log: chain broken at seq 10 (removed): seq 10 is missing at the newest end: the last entry is seq 9, the anchor holds seq 10',
+    );
+    expect((await verifyAnchored(log.slice(0, 6), anchor)).broken).toMatchObject({
+      seq: 7,
+      kind: 'removed',
+      why: 'seq 7..10 are missing at the newest end: the last entry is seq 6, the anchor holds seq 10',
+    });
+    expect(await verifyAnchored([], anchor)).toEqual({
+      entries: 0,
+      first: undefined,
+      last: undefined,
+      broken: {
+        seq: 1,
+        kind: 'removed',
+        why: 'seq 1..10 are missing: the log is empty (nothing was pruned), the anchor holds seq 10',
+      },
+    });
+    // a pruned log emptied: named from the first seq after the pruned ones
+    expect((await verifyAnchored([], anchorAfter(log, 4))).broken).toMatchObject({
+      seq: 5,
+      kind: 'removed',
+      why: 'seq 5..10 are missing: the log is empty (retention pruned up to seq 4), the anchor holds seq 10',
+    });
+  });
+
+  it('entries missing at the oldest end, past what retention pruned, are `removed`', async () => {
+    const log = chain(10);
+    expect((await verifyAnchored(log.slice(3), anchorAfter(log))).broken).toEqual({
+      seq: 1,
+      kind: 'removed',
+      why: 'seq 1..3 are missing before seq 4, the first entry (nothing was pruned)',
+    });
+    expect((await verifyAnchored(log.slice(5), anchorAfter(log, 3))).broken).toEqual({
+      seq: 4,
+      kind: 'removed',
+      why: 'seq 4..5 are missing before seq 6, the first entry (retention pruned up to seq 3)',
+    });
+    // and renumbered down to start where the prune left off: still `removed`
+    const renumbered = renumber(log.slice(5), 6, -2);
+    expect((await verifyAnchored(renumbered, anchorAfter(log, 3))).broken).toMatchObject({
+      seq: 4,
+      kind: 'removed',
+    });
+  });
+
+  it('the first kept entry must link to the hash the prune left; an entry at a pruned seq is `inserted`', async () => {
+    const log = chain(10);
+    const anchor = anchorAfter(log, 3);
+    const kept = log.slice(3);
+    // its prev_hash changed and its hash recomputed: the anchor's pruned hash contradicts it
+    const relinked = [recomputed(kept[0]!, { prev_hash: 'f'.repeat(64) }), ...kept.slice(1)];
+    expect((await verifyAnchored(relinked, anchor)).broken).toMatchObject({
+      seq: 4,
+      kind: 'changed',
+    });
+    // a forged entry at seq 3 (pruned), copying the first kept entry's prev_hash
+    const before = auditEntry(3, draft(99), kept[0]!.prev_hash);
+    expect((await verifyAnchored([before, ...kept], anchor)).broken).toEqual({
+      seq: 3,
+      kind: 'inserted',
+      why: 'seq 3 is one retention pruned up to seq 3',
+    });
+    // one put in before the first kept entry, the rest renumbered up: its successor links past it
+    const forged = recomputed({ ...kept[0]!, actor: 'operator:mallory' }, {});
+    expect((await verifyAnchored([forged, ...renumber(kept, 4, 1)], anchor)).broken).toMatchObject({
+      seq: 4,
+      kind: 'inserted',
+    });
+  });
+
+  it('the newest entry rewritten with its hash recomputed is `changed`: the anchor holds its hash', async () => {
+    const log = chain(10);
+    const anchor = anchorAfter(log);
+    log[9] = recomputed(log[9]!, { actor: 'operator:mallory' });
+    expect((await verifyAnchored(log, anchor)).broken).toEqual({
+      seq: 10,
+      kind: 'changed',
+      why: 'its hash is not the one the anchor holds for it: it was rewritten with its hash recomputed',
+    });
+  });
+
+  it('a store whose anchor row is gone is broken, after whatever the walk finds first', async () => {
+    const log = chain(5);
+    expect((await verifyAnchored(log, undefined)).broken).toEqual({
+      seq: 6,
+      kind: 'removed',
+      why: "the anchor (audit_anchor) is gone: what was removed at the log's ends cannot be told",
+    });
+    const changed = [...log];
+    changed[1] = { ...changed[1]!, actor: 'x' };
+    expect((await verifyAnchored(changed, undefined)).broken).toMatchObject({
+      seq: 2,
+      kind: 'changed',
+    });
+  });
+
+  it('entries appended past the anchor while the walk reads (or by an older adapter) are judged by the chain alone; those before it must all be there', async () => {
+    const log = chain(12);
+    // the anchor read before the walk held seq 9; 10..12 came since, soundly
+    expect(await verifyAnchored(log, anchorAfter(log.slice(0, 9)))).toEqual({
+      entries: 12,
+      first: 1,
+      last: 12,
+      broken: undefined,
+    });
+    // past it, but not sound: named as anywhere else
+    const bad = [...log];
+    bad[10] = { ...bad[10]!, target: 'x' };
+    expect((await verifyAnchored(bad, anchorAfter(log.slice(0, 9)))).broken).toMatchObject({
+      seq: 11,
+      kind: 'changed',
+    });
+    // the anchor's own entry, there before the walk began, gone
+    expect(
+      (await verifyAnchored(log.slice(0, 8), anchorAfter(log.slice(0, 9)))).broken,
+    ).toMatchObject({ seq: 9, kind: 'removed' });
+  });
+
+  it('pruning while the walk reads is not a removal: the walk starts again from the moved anchor', async () => {
+    const full = chain(10);
+    let log = full;
+    let anchor = anchorAfter(full);
+    let reads = 0;
+    const read: AuditPages = async (after, limit) => {
+      reads++;
+      if (reads === 2) {
+        // a retention pass between two pages, its anchor moved in its transaction
+        log = full.filter((e) => e.seq > 6);
+        anchor = anchorAfter(full, 6);
+      }
+      return pages(log)(after, limit);
+    };
+    const r = await verifyAuditChain(read, { pageSize: 3, anchor: async () => anchor });
+    expect(r).toEqual({ entries: 4, first: 7, last: 10, broken: undefined });
+    // a deletion at the oldest end with no prune is reported, however often the walk restarts
+    const deleted = full.filter((e) => e.seq > 2);
+    expect(
+      (await verifyAuditChain(pages(deleted), { anchor: async () => anchorAfter(full) })).broken,
+    ).toMatchObject({ seq: 1, kind: 'removed' });
+  });
+});
+
+describe("an append's place in the log (nextAudit) and a prune's end (prunedTo)", () => {
+  const row = (last: [number, string] | null, anchor: [number, string] | null) => ({
+    last_seq: last?.[0] ?? null,
+    last_hash: last?.[1] ?? null,
+    anchor_seq: anchor?.[0] ?? null,
+    anchor_hash: anchor?.[1] ?? null,
+  });
+
+  it('goes on from the anchor: a seq freed at the newest end is never given again', () => {
+    expect(nextAudit(row(null, [0, GENESIS_HASH]))).toEqual({
+      seq: 1,
+      prevHash: GENESIS_HASH,
+      anchored: true,
+    });
+    expect(nextAudit(row([10, 'h10'], [10, 'h10']))).toEqual({
+      seq: 11,
+      prevHash: 'h10',
+      anchored: true,
+    });
+    // the newest removed, or all of them: after the anchor, linked to the hash it holds
+    expect(nextAudit(row([8, 'h8'], [10, 'h10']))).toEqual({
+      seq: 11,
+      prevHash: 'h10',
+      anchored: true,
+    });
+    expect(nextAudit(row(null, [10, 'h10']))).toEqual({
+      seq: 11,
+      prevHash: 'h10',
+      anchored: true,
+    });
+    // entries past the anchor (an older adapter's during a rolling upgrade): after them
+    expect(nextAudit(row([12, 'h12'], [10, 'h10']))).toEqual({
+      seq: 13,
+      prevHash: 'h12',
+      anchored: true,
+    });
+  });
+
+  it('without the anchor row, from the log as it is, and no anchor made up', () => {
+    expect(nextAudit(row([7, 'h7'], null))).toEqual({ seq: 8, prevHash: 'h7', anchored: false });
+    expect(nextAudit(row(null, null))).toEqual({
+      seq: 1,
+      prevHash: GENESIS_HASH,
+      anchored: false,
+    });
+    expect(nextAudit(undefined)).toEqual({ seq: 1, prevHash: GENESIS_HASH, anchored: false });
+  });
+
+  it('a prune ends at the highest seq it deleted, in whatever order they came back', () => {
+    expect(prunedTo([])).toBeUndefined();
+    expect(
+      prunedTo([
+        { seq: 3, hash: 'h3' },
+        { seq: 5, hash: 'h5' },
+        { seq: 4, hash: 'h4' },
+      ]),
+    ).toEqual({ seq: 5, hash: 'h5' });
+    // PostgreSQL's bigint as text
+    expect(prunedTo([{ seq: '12' as unknown as number, hash: 'h12' }])).toEqual({
+      seq: 12,
+      hash: 'h12',
+    });
   });
 });

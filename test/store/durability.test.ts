@@ -104,7 +104,7 @@ describe('the mode each commit runs with', () => {
         now: Date.now(),
       },
     ]);
-    expect(results).toEqual([{ ok: { cancelled: true } }]);
+    expect(results).toEqual([{ ok: { cancelled: true, changed: true } }]);
     expect(store.synchronous).toBe('full');
     await store.close();
   });

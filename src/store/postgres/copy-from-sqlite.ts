@@ -7,7 +7,7 @@
  * and the queue depths and stored bytes the PostgreSQL schema keeps per agent, counted from the
  * copied rows), threads, the alert aggregation, the journeys' delivery events and last
  * polls, the operators' rows (pauses, with who is paused now; redrives; the audit log, its
- * hash chain as it is), and the scheduled messages still to fire or cancelled, with every copy's
+ * hash chain as it is, and its anchor), and the scheduled messages still to fire or cancelled, with every copy's
  * deadline (docs/design/time.md). Then the id sequences are moved past the copied ids. The source is read through its handle only: no SQLite store file is imported.
  */
 import type Database from 'better-sqlite3';
@@ -39,7 +39,7 @@ export interface CopyCounts {
 /** The tables the copy writes, locked against every writer (other adapters) until COMMIT. */
 const TABLES =
   'channels, agents, messages, deliveries, dead_letters, threads, alert_state, delivery_events, ' +
-  'agent_polls, agent_pauses, redrives, audit_log, scheduled';
+  'agent_polls, agent_pauses, redrives, audit_log, audit_anchor, scheduled';
 
 /** Copies `source` into the empty database at `url`; the counts of what was copied. */
 export async function copyFromSqlite(source: Database.Database, url: string): Promise<CopyCounts> {
@@ -115,7 +115,9 @@ async function refuseIfNotEmpty(client: pg.Client): Promise<void> {
              -- an operator's acts on an adapter already running on it: ids and the audit
              -- log's chain would collide with the copied ones
              OR EXISTS (SELECT 1 FROM agent_pauses) OR EXISTS (SELECT 1 FROM redrives)
-             OR EXISTS (SELECT 1 FROM audit_log) OR EXISTS (SELECT 1 FROM scheduled) AS used`);
+             OR EXISTS (SELECT 1 FROM audit_log) OR EXISTS (SELECT 1 FROM scheduled)
+             -- entries appended once, though none is left
+             OR EXISTS (SELECT 1 FROM audit_anchor WHERE seq > 0) AS used`);
   const [{ version, used }] = rows as [{ version: number | null; used: boolean }];
   if (version !== PG_MIGRATIONS.length)
     throw new CopyRefusal(
@@ -532,7 +534,36 @@ async function copyOperators(
     );
     audit += rows.length;
   }
+  await copyAuditAnchor(source, client);
   return { pauses: pauses.length, redrives: redrives.length, audit };
+}
+
+/**
+ * The audit log's anchor as the file keeps it (rules/audit-chain.ts), so the copied log
+ * verifies as it did, breaks included: a row (or table) gone from the file is gone here too.
+ */
+async function copyAuditAnchor(source: Database.Database, client: pg.Client): Promise<void> {
+  const table = source
+    .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_anchor'")
+    .get();
+  const row =
+    table === undefined
+      ? undefined
+      : source
+          .prepare<[], { seq: number; hash: string; pruned_seq: number; pruned_hash: string }>(
+            'SELECT seq, hash, pruned_seq, pruned_hash FROM audit_anchor WHERE id = 1',
+          )
+          .get();
+  if (row === undefined) {
+    await client.query('DELETE FROM audit_anchor');
+    return;
+  }
+  await client.query(
+    `INSERT INTO audit_anchor (id, seq, hash, pruned_seq, pruned_hash) VALUES (1, $1, $2, $3, $4)
+     ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash,
+       pruned_seq = excluded.pruned_seq, pruned_hash = excluded.pruned_hash`,
+    [row.seq, row.hash, row.pruned_seq, row.pruned_hash],
+  );
 }
 
 /** Scheduled messages as they are: still to fire, or cancelled (their keys stay taken). */

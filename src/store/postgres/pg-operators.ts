@@ -7,9 +7,9 @@
  * built from a filter are here; the fixed ones are in pg-sql.ts.
  */
 import { createHash } from 'node:crypto';
+import { type AuditEndRow, nextAudit, prunedTo } from '../rules/audit-chain.js';
 import {
   auditEntry,
-  GENESIS_HASH,
   parseSelection,
   pauseAnswer,
   type RedriveRow,
@@ -297,10 +297,14 @@ export async function stepRedrive(
   return redriveState(moved);
 }
 
-/** The next entry of the audit log (LOCK_AUDIT held: one chain across replicas). */
+/**
+ * The next entry of the audit log, and the anchor moved to it (LOCK_AUDIT held, taken by the
+ * group's #lockGroup: one chain across replicas, and its anchor changed by one transaction at a
+ * time): numbered from the anchor, so a seq is never given twice (rules/audit-chain.ts).
+ */
 export async function appendAudit(tx: Tx, draft: AuditDraft): Promise<AuditEntry> {
-  const last = await tx.one<{ seq: number; hash: string }>('lastAudit');
-  const entry = auditEntry((last?.seq ?? 0) + 1, draft, last?.hash ?? GENESIS_HASH);
+  const next = nextAudit(await tx.one<AuditEndRow>('auditEnd'));
+  const entry = auditEntry(next.seq, draft, next.prevHash);
   const { seq, actor, action, target, detail, prev_hash, hash } = entry;
   tx.write('insertAudit', [
     seq,
@@ -312,12 +316,18 @@ export async function appendAudit(tx: Tx, draft: AuditDraft): Promise<AuditEntry
     prev_hash,
     hash,
   ]);
+  if (next.anchored) tx.write('moveAuditAnchor', [seq, hash]);
   tx.wroteOperatorAct = true;
   return entry;
 }
 
-/** Up to `limit` entries from the oldest end, before `before` (LOCK_AUDIT held). */
+/**
+ * Up to `limit` entries from the oldest end, before `before`, and the anchor's pruned end moved
+ * to the last of them (LOCK_AUDIT held).
+ */
 export async function pruneAudit(tx: Tx, before: number, limit: number): Promise<number> {
-  const rows = await tx.q('pruneAudit', [before, limit]);
-  return rows.length;
+  const gone = await tx.q<{ seq: number; hash: string }>('pruneAudit', [before, limit]);
+  const last = prunedTo(gone);
+  if (last !== undefined) tx.write('pruneAuditAnchor', [last.seq, last.hash]);
+  return gone.length;
 }

@@ -5,6 +5,7 @@
  * here is below 2^53).
  */
 
+import { GENESIS_HASH } from '../rules/operators.js';
 import { JOURNEY_EVENT_BYTES } from '../rules/storage.js';
 
 /** pg_advisory_lock keys (the two-int form: this program's namespace, then the lock). */
@@ -283,7 +284,34 @@ export const PG_MIGRATIONS: readonly string[] = [
   CREATE INDEX IF NOT EXISTS scheduled_due ON scheduled (deliver_at, id) WHERE cancelled_at IS NULL;
   CREATE INDEX IF NOT EXISTS scheduled_by_received_at ON scheduled (received_at);
   `,
+  // 6: the audit log's anchor (docs/design/operators.md, "The anchor"; SQLite's migration 11),
+  // one row beside the log, written under LOCK_AUDIT in the transaction of every append and
+  // every prune: the newest entry's seq and hash (an append numbers its entry from it, so a seq
+  // is never given twice), and the highest seq retention pruned with that entry's hash (what the
+  // first kept entry holds as prev_hash). Set from the log as this migration finds it (under
+  // LOCK_AUDIT: no append of a replica already running goes in between): an existing log is
+  // trusted as found. Run again over a schema that has it, it changes nothing.
+  `
+  CREATE TABLE IF NOT EXISTS audit_anchor (
+    id          smallint PRIMARY KEY CHECK (id = 1),
+    seq         bigint NOT NULL,
+    hash        text   NOT NULL,
+    pruned_seq  bigint NOT NULL,
+    pruned_hash text   NOT NULL
+  );
+  SELECT pg_advisory_xact_lock(${LOCK_NS}, ${LOCK_AUDIT});
+  INSERT INTO audit_anchor (id, seq, hash, pruned_seq, pruned_hash)
+    SELECT 1,
+      coalesce((SELECT seq FROM audit_log ORDER BY seq DESC LIMIT 1), 0),
+      coalesce((SELECT hash FROM audit_log ORDER BY seq DESC LIMIT 1), '${GENESIS_HASH}'),
+      coalesce((SELECT seq - 1 FROM audit_log ORDER BY seq LIMIT 1), 0),
+      coalesce((SELECT prev_hash FROM audit_log ORDER BY seq LIMIT 1), '${GENESIS_HASH}')
+  ON CONFLICT (id) DO NOTHING;
+  `,
 ];
+
+/** The schema version from which a store keeps the audit log's anchor (migration 6). */
+export const PG_AUDIT_ANCHOR_VERSION = 6;
 
 /** Delivery columns most statements read (d), with their message's kind and id (m). */
 const DELIVERY_ROW =
@@ -640,19 +668,31 @@ export const PG_SQL = {
     UPDATE redrives SET done = $1, skipped = $2, state = $3, cursor_message = $4,
       cursor_dead = $5
     WHERE id = $6`,
-  lastAudit: 'SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1',
+  /**
+   * The audit log's end as an append needs it (LOCK_AUDIT held), one row always: the last
+   * entry's seq and hash, and the anchor's (NULL: no such row).
+   */
+  auditEnd: `
+    SELECT l.seq AS last_seq, l.hash AS last_hash, a.seq AS anchor_seq, a.hash AS anchor_hash
+    FROM (SELECT 1) AS one
+    LEFT JOIN (SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) AS l ON true
+    LEFT JOIN audit_anchor AS a ON a.id = 1`,
   insertAudit: `
     INSERT INTO audit_log (seq, at, actor, action, target, detail, prev_hash, hash)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+  /** The anchor after an append: the newest entry. */
+  moveAuditAnchor: 'UPDATE audit_anchor SET seq = $1, hash = $2 WHERE id = 1',
+  auditAnchor: 'SELECT seq, hash, pruned_seq, pruned_hash FROM audit_anchor WHERE id = 1',
   audit: `
     SELECT seq, at, actor, action, target, detail, prev_hash, hash FROM audit_log
     WHERE seq > $1 ORDER BY seq LIMIT $2`,
   /**
    * Retention of the audit log: up to a batch of the oldest entries, those before the first
    * entry (in seq order) at or after the horizon, never the newest one, so the chain goes on
-   * from it and a seq is never reused. In seq order, not by `at`: an entry whose clock ran behind
-   * (another replica's) is not taken from the middle. The horizon's entry is found by walking
-   * the primary key from the start: the entries pruned and one more.
+   * from it. In seq order, not by `at`: an entry whose clock ran behind (another replica's) is
+   * not taken from the middle. The horizon's entry is found by walking the primary key from the
+   * start: the entries pruned and one more. Answers the entries pruned (seq, hash), for the
+   * anchor (pruneAuditAnchor).
    */
   pruneAudit: `
     DELETE FROM audit_log WHERE seq IN (
@@ -661,7 +701,10 @@ export const PG_SQL = {
         (SELECT seq FROM audit_log WHERE at >= $1 ORDER BY seq LIMIT 1),
         (SELECT max(seq) FROM audit_log))
       ORDER BY seq LIMIT $2)
-    RETURNING seq`,
+    RETURNING seq, hash`,
+  /** The anchor after a prune: the last entry pruned (never moved back). */
+  pruneAuditAnchor: `
+    UPDATE audit_anchor SET pruned_seq = $1, pruned_hash = $2 WHERE id = 1 AND pruned_seq < $1`,
 
   // a message's journey (docs/design/journey.md)
   /**

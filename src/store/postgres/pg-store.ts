@@ -17,6 +17,7 @@ import { uuidv7, uuidv7Time } from '../../protocol/ids.js';
 import { PAGE_ITEM_OVERHEAD } from '../../protocol/limits.js';
 import { deliveryJson } from '../../protocol/wire.js';
 import type { AlertEvent, DueAlert } from '../rules/alert-rows.js';
+import { type AuditAnchor, type AuditAnchorRow, anchorView } from '../rules/audit-chain.js';
 import { CommitEffectsLog } from '../rules/commit-effects.js';
 import { CorruptRows } from '../rules/corrupt-rows.js';
 import { deliveryConfig, newStats, statsCopy } from '../rules/deliveries.js';
@@ -788,12 +789,11 @@ export class PgStore implements Store {
       throw cancelRefusal(m?.sender, sender, messageId);
     }
     if (row.sender !== sender) throw cancelRefusal(row.sender, sender, messageId);
-    if (row.cancelled_at === null) {
-      tx.write('cancelScheduled', [now, row.id]);
-      tx.wroteOperatorAct = true; // answered 204: durable, as a message
-      tx.fx.timingChanged = true;
-    }
-    return { cancelled: true };
+    if (row.cancelled_at !== null) return { cancelled: true, changed: false };
+    tx.write('cancelScheduled', [now, row.id]);
+    tx.wroteOperatorAct = true; // answered 204: durable, as a message
+    tx.fx.timingChanged = true;
+    return { cancelled: true, changed: true };
   }
 
   /**
@@ -1459,6 +1459,12 @@ export class PgStore implements Store {
 
   async audit(after: number, limit: number): Promise<AuditEntry[]> {
     return (await this.#read<AuditRow>('audit', [after, limit])).map(auditView);
+  }
+
+  /** The audit log's anchor (rules/audit-chain.ts); undefined: its row is gone. */
+  async auditAnchor(): Promise<AuditAnchor | undefined> {
+    const [row] = await this.#read<AuditAnchorRow>('auditAnchor');
+    return row === undefined ? undefined : anchorView(row);
   }
 
   async agents(ids: Iterable<string>): Promise<AgentState[]> {

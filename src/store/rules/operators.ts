@@ -112,6 +112,12 @@ export function actAudit(op: StoreOp, result: unknown): AuditDraft | undefined {
         detail: { ...op.selection, rate: op.rate, count: made.count },
       };
     }
+    case 'cancel_scheduled': {
+      // an operator's or alerts_to's scheduled message (audited when sent) cancelled
+      const r = result as OpResults['cancel_scheduled'];
+      if (op.audited !== true || !r.changed) return undefined;
+      return { at: op.now, actor: op.sender, action: 'cancel', target: op.messageId, detail: {} };
+    }
     default:
       return undefined;
   }

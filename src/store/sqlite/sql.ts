@@ -3,6 +3,8 @@
  * then the statements the store prepares once at open.
  */
 
+import { GENESIS_HASH } from '../rules/operators.js';
+
 /**
  * Migration N brings the schema from version N-1 to N (PRAGMA user_version). Never edit a
  * migration that has shipped: add the next one.
@@ -297,7 +299,33 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX IF NOT EXISTS scheduled_due ON scheduled (deliver_at, id) WHERE cancelled_at IS NULL;
   CREATE INDEX IF NOT EXISTS scheduled_by_received_at ON scheduled (received_at);
   `,
+  // 11: the audit log's anchor (docs/design/operators.md, "The anchor"; rules/audit-chain.ts),
+  // one row beside the log, written in the transaction of every append and every prune: the
+  // newest entry's seq and hash (an append numbers its entry from it, so a seq is never given
+  // twice), and the highest seq retention pruned with that entry's hash (what the first kept
+  // entry holds as prev_hash). Set from the log as this migration finds it: an existing log is
+  // trusted as found. Run again over a file that has it (its version put back), it changes
+  // nothing.
+  `
+  CREATE TABLE IF NOT EXISTS audit_anchor (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    seq         INTEGER NOT NULL,
+    hash        TEXT    NOT NULL,
+    pruned_seq  INTEGER NOT NULL,
+    pruned_hash TEXT    NOT NULL
+  );
+  INSERT INTO audit_anchor (id, seq, hash, pruned_seq, pruned_hash)
+    SELECT 1,
+      coalesce((SELECT seq FROM audit_log ORDER BY seq DESC LIMIT 1), 0),
+      coalesce((SELECT hash FROM audit_log ORDER BY seq DESC LIMIT 1), '${GENESIS_HASH}'),
+      coalesce((SELECT seq - 1 FROM audit_log ORDER BY seq LIMIT 1), 0),
+      coalesce((SELECT prev_hash FROM audit_log ORDER BY seq LIMIT 1), '${GENESIS_HASH}')
+    WHERE NOT EXISTS (SELECT 1 FROM audit_anchor);
+  `,
 ];
+
+/** The schema version from which a store keeps the audit log's anchor (migration 11). */
+export const AUDIT_ANCHOR_VERSION = 11;
 
 export const SQL = {
   ensureChannel: 'INSERT INTO channels (name) VALUES (?) ON CONFLICT (name) DO NOTHING',
@@ -461,19 +489,31 @@ export const SQL = {
     SELECT max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)`,
   moveSearchMark: 'UPDATE message_text_mark SET last_message = ?',
   lastMessage: 'SELECT coalesce(max(id), 0) FROM messages',
-  lastAudit: 'SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1',
+  /**
+   * The audit log's end as an append needs it, one row always: the last entry's seq and hash,
+   * and the anchor's (NULL: no such row).
+   */
+  auditEnd: `
+    SELECT l.seq AS last_seq, l.hash AS last_hash, a.seq AS anchor_seq, a.hash AS anchor_hash
+    FROM (SELECT 1) AS one
+    LEFT JOIN (SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) AS l ON 1
+    LEFT JOIN audit_anchor AS a ON a.id = 1`,
   insertAudit: `
     INSERT INTO audit_log (seq, at, actor, action, target, detail, prev_hash, hash)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+  /** The anchor after an append: the newest entry. */
+  moveAuditAnchor: 'UPDATE audit_anchor SET seq = ?, hash = ? WHERE id = 1',
+  auditAnchor: 'SELECT seq, hash, pruned_seq, pruned_hash FROM audit_anchor WHERE id = 1',
   audit: `
     SELECT seq, at, actor, action, target, detail, prev_hash, hash FROM audit_log
     WHERE seq > ? ORDER BY seq LIMIT ?`,
   /**
    * Retention of the audit log: up to a batch of the oldest entries, those before the first
    * entry (in seq order) at or after the horizon, never the newest one, so the chain goes on
-   * from it and a seq is never reused. In seq order, not by `at`: an entry whose clock ran behind
-   * (another replica's) is not taken from the middle. The horizon's entry is found by walking
-   * the primary key from the start: the entries pruned and one more.
+   * from it. In seq order, not by `at`: an entry whose clock ran behind (another replica's) is
+   * not taken from the middle. The horizon's entry is found by walking the primary key from the
+   * start: the entries pruned and one more. Answers the entries pruned (seq, hash), for the
+   * anchor (pruneAuditAnchor).
    */
   pruneAudit: `
     DELETE FROM audit_log WHERE seq IN (
@@ -481,7 +521,11 @@ export const SQL = {
       WHERE seq < coalesce(
         (SELECT seq FROM audit_log WHERE at >= ? ORDER BY seq LIMIT 1),
         (SELECT max(seq) FROM audit_log))
-      ORDER BY seq LIMIT ?)`,
+      ORDER BY seq LIMIT ?)
+    RETURNING seq, hash`,
+  /** The anchor after a prune: the last entry pruned (never moved back). */
+  pruneAuditAnchor: `
+    UPDATE audit_anchor SET pruned_seq = ?, pruned_hash = ? WHERE id = 1 AND pruned_seq < ?`,
   touchAgent: `
     INSERT INTO agents (id, last_seen) VALUES (?, ?)
     ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`,

@@ -5,11 +5,18 @@
  */
 import type Database from 'better-sqlite3';
 import {
+  type AuditAnchor,
+  type AuditAnchorRow,
+  type AuditEndRow,
+  anchorView,
+  nextAudit,
+  prunedTo,
+} from '../rules/audit-chain.js';
+import {
   type AuditRow,
   auditEntry,
   auditView,
   ftsWords,
-  GENESIS_HASH,
   parseSelection,
   pauseAnswer,
   type RedriveRow,
@@ -72,10 +79,13 @@ export class Operators {
       indexMessages: p(SQL.indexMessages),
       lastOfBatch: p<number | null>(SQL.lastOfBatch).pluck(),
       moveSearchMark: p(SQL.moveSearchMark),
-      lastAudit: p<{ seq: number; hash: string }>(SQL.lastAudit),
+      auditEnd: p<AuditEndRow>(SQL.auditEnd),
       insertAudit: p(SQL.insertAudit),
+      moveAuditAnchor: p(SQL.moveAuditAnchor),
+      auditAnchor: p<AuditAnchorRow>(SQL.auditAnchor),
       audit: p<AuditRow>(SQL.audit),
-      pruneAudit: p(SQL.pruneAudit),
+      pruneAudit: p<{ seq: number; hash: string }>(SQL.pruneAudit),
+      pruneAuditAnchor: p(SQL.pruneAuditAnchor),
     };
     this.reload();
   }
@@ -269,9 +279,13 @@ export class Operators {
     return changes;
   }
 
+  /**
+   * The next entry of the audit log, and the anchor moved to it, in the caller's transaction
+   * (rules/audit-chain.ts): numbered from the anchor, so a seq is never given twice.
+   */
   appendAudit(draft: AuditDraft): AuditEntry {
-    const last = this.#s.lastAudit.get();
-    const entry = auditEntry((last?.seq ?? 0) + 1, draft, last?.hash ?? GENESIS_HASH);
+    const next = nextAudit(this.#s.auditEnd.get());
+    const entry = auditEntry(next.seq, draft, next.prevHash);
     const { seq, actor, action, target, detail, prev_hash, hash } = entry;
     this.#s.insertAudit.run(
       seq,
@@ -283,6 +297,7 @@ export class Operators {
       prev_hash,
       hash,
     );
+    if (next.anchored) this.#s.moveAuditAnchor.run(seq, hash);
     return entry;
   }
 
@@ -290,9 +305,21 @@ export class Operators {
     return this.#s.audit.all(after, limit).map(auditView);
   }
 
-  /** Up to `limit` entries from the oldest end, before `before` (StoreOp prune_audit). */
+  /** The audit log's anchor; undefined: its row is gone. */
+  auditAnchor(): AuditAnchor | undefined {
+    const row = this.#s.auditAnchor.get();
+    return row === undefined ? undefined : anchorView(row);
+  }
+
+  /**
+   * Up to `limit` entries from the oldest end, before `before` (StoreOp prune_audit), and the
+   * anchor's pruned end moved to the last of them, in the caller's transaction.
+   */
   pruneAudit(before: number, limit: number): number {
-    return this.#s.pruneAudit.run(before, limit).changes;
+    const gone = this.#s.pruneAudit.all(before, limit);
+    const last = prunedTo(gone);
+    if (last !== undefined) this.#s.pruneAuditAnchor.run(last.seq, last.hash, last.seq);
+    return gone.length;
   }
 
   /** The conditions of an open dead letter matching the filter (and one of `ids`). */

@@ -4,6 +4,7 @@ import { GatewayError, isGatewayError } from '../../protocol/errors.js';
 import { uuidv7, uuidv7Time } from '../../protocol/ids.js';
 import { deliveryJson } from '../../protocol/wire.js';
 import type { DueAlert } from '../rules/alert-rows.js';
+import type { AuditAnchor } from '../rules/audit-chain.js';
 import { CommitEffectsLog } from '../rules/commit-effects.js';
 import { CorruptRows } from '../rules/corrupt-rows.js';
 import { deliveryConfig, newStats, statsCopy } from '../rules/deliveries.js';
@@ -480,11 +481,10 @@ export class SqliteStore implements Store {
       throw cancelRefusal(owner, sender, messageId);
     }
     if (row.sender !== sender) throw cancelRefusal(row.sender, sender, messageId);
-    if (row.cancelled_at === null) {
-      this.#s.cancelScheduled.run(now, row.id);
-      this.#fx.timingChanged = true;
-    }
-    return { cancelled: true };
+    if (row.cancelled_at !== null) return { cancelled: true, changed: false };
+    this.#s.cancelScheduled.run(now, row.id);
+    this.#fx.timingChanged = true;
+    return { cancelled: true, changed: true };
   }
 
   /**
@@ -797,6 +797,11 @@ export class SqliteStore implements Store {
 
   async audit(after: number, limit: number): Promise<AuditEntry[]> {
     return this.#ops.audit(after, limit);
+  }
+
+  /** The audit log's anchor (rules/audit-chain.ts); undefined: its row is gone. */
+  async auditAnchor(): Promise<AuditAnchor | undefined> {
+    return this.#ops.auditAnchor();
   }
 
   async agents(ids: Iterable<string>): Promise<AgentState[]> {

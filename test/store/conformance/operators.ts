@@ -5,13 +5,16 @@
  * audit log's hash chain, and each channel's last sequence.
  */
 import { describe, expect, it } from 'vitest';
+import { type AuditAnchorSource, verifyAuditChain } from '../../../src/store/rules/audit-chain.js';
 import { recipientJourneys } from '../../../src/store/rules/journey.js';
 import { auditEntry, GENESIS_HASH, newRedriveId } from '../../../src/store/rules/operators.js';
 import type {
   AuditDraft,
+  AuditEntry,
   DeadLetterFilter,
   MessageQuery,
   OpResults,
+  Store,
 } from '../../../src/store/store.js';
 import { type DeadLetter, draft, type Harness, idsOf, type Open, T0 } from './harness.js';
 
@@ -528,6 +531,61 @@ export function operatorsConformance(name: string, open: Open): void {
         entry: { at: T0 + 3, actor: ALICE, action: 'redrive', target: 'rd_1', detail: {} },
       });
       expect(next).toMatchObject({ seq: 4, prev_hash: prev });
+    });
+
+    it('keeps the audit log anchor beside it: the newest entry, and where retention pruned', async () => {
+      const h = await open();
+      const anchor = async () => {
+        const s = h.store as Store & Partial<AuditAnchorSource>;
+        expect(s.auditAnchor, 'the store keeps an audit anchor').toBeTypeOf('function');
+        return s.auditAnchor!();
+      };
+      expect(await anchor()).toEqual({
+        seq: 0,
+        hash: GENESIS_HASH,
+        prunedSeq: 0,
+        prunedHash: GENESIS_HASH,
+      });
+      const entries: AuditEntry[] = [];
+      for (let i = 0; i < 4; i++) {
+        entries.push(
+          (await h.one({
+            op: 'audit',
+            entry: { at: T0 + i, actor: ALICE, action: 'pause', target: 'qa', detail: { i } },
+          })) as AuditEntry,
+        );
+      }
+      // moved by each append, in its commit
+      expect(await anchor()).toEqual({
+        seq: 4,
+        hash: entries[3]!.hash,
+        prunedSeq: 0,
+        prunedHash: GENESIS_HASH,
+      });
+      // and by each prune: the last entry pruned, whose hash the first kept one links to
+      expect(await h.one({ op: 'prune_audit', before: T0 + 2, limit: 100 })).toBe(2);
+      expect(await anchor()).toEqual({
+        seq: 4,
+        hash: entries[3]!.hash,
+        prunedSeq: 2,
+        prunedHash: entries[1]!.hash,
+      });
+      const read = (after: number, limit: number) => h.store.audit(after, limit);
+      expect(await verifyAuditChain(read, { anchor })).toEqual({
+        entries: 2,
+        first: 3,
+        last: 4,
+        broken: undefined,
+      });
+      if (h.reopen === undefined) return;
+      await h.reopen();
+      expect(await anchor()).toMatchObject({ seq: 4, prunedSeq: 2 });
+      const next = await h.one({
+        op: 'audit',
+        entry: { at: T0 + 5, actor: ALICE, action: 'resume', target: 'qa', detail: {} },
+      });
+      expect(next).toMatchObject({ seq: 5, prev_hash: entries[3]!.hash });
+      expect(await anchor()).toMatchObject({ seq: 5, hash: next.hash });
     });
 
     it('audits an act marked audited in its own commit, from its result; nothing for the unmarked', async () => {

@@ -419,8 +419,13 @@ export function timeConformance(name: string, open: Open): void {
     it('cancels a scheduled message before it fires: it never fires, a repeated cancel answers alike, its key stays taken', async () => {
       const h = await open();
       const s = await schedule(h, { channel: '@qa', key: 'k', at: T0 }, T0 + MIN);
-      expect(await cancel(h, 'pm', s.message_id, T0 + 10)).toEqual({ ok: { cancelled: true } });
-      expect(await cancel(h, 'pm', s.message_id, T0 + 20)).toEqual({ ok: { cancelled: true } });
+      expect(await cancel(h, 'pm', s.message_id, T0 + 10)).toEqual({
+        ok: { cancelled: true, changed: true },
+      });
+      // a repeat answers as the first, and says it changed nothing
+      expect(await cancel(h, 'pm', s.message_id, T0 + 20)).toEqual({
+        ok: { cancelled: true, changed: false },
+      });
       expect(await h.store.nextDue(T0 + 30)).toBeUndefined();
       await h.sweep(T0 + MIN);
       await h.sweep(T0 + 2 * MIN);
