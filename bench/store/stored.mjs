@@ -24,7 +24,12 @@ const text = 'x'.repeat(1000);
 const channels = ['all-agents', 'product', ...AGENTS.map((a) => `@${a}`)];
 
 function seed(file, n) {
-  const store = new SqliteStore(file, { sync: 'normal' }); // seeding speed only; the adapter opens FULL
+  // seeding speed only (the adapter opens FULL); bounds above what a million ~1 KiB messages of
+  // one sender take, search index counted (the defaults would refuse pm's share at ~2 GiB)
+  const store = new SqliteStore(file, {
+    sync: 'normal',
+    storage: { maxBytes: 64 * 1024 ** 3, senderShare: 1, reserveBytes: 0 },
+  });
   store.ensureChannels(channels);
   const payloadJson = JSON.stringify({ text });
   const t0 = Date.now() - 7 * 24 * 3600 * 1000;
@@ -73,7 +78,17 @@ for (const n of values.sizes.split(',').map(Number)) {
   const seedSeconds = (performance.now() - s0) / 1000;
   const dbMib = round(statSync(db).size / 2 ** 20, 1);
   const t0 = performance.now();
-  const adapter = await startAdapter(dir, topology, ['--db', db, '--queue-capacity', '1000000']);
+  const adapter = await startAdapter(dir, topology, [
+    '--db',
+    db,
+    '--queue-capacity',
+    '1000000',
+    // the seeded messages are pm's: room for the measured ones beside them
+    '--max-store-bytes',
+    String(64 * 1024 ** 3),
+    '--sender-share-percent',
+    '100',
+  ]);
   const readyMs = performance.now() - t0;
   const r = await closedLoop(adapter.url, {
     inflight: 16,
