@@ -15,7 +15,6 @@ import type { Assignment } from '../protocol/envelope.js';
 import type { GatewayError } from '../protocol/errors.js';
 import type { Priority } from '../protocol/priority.js';
 import type { TraceContext } from '../protocol/trace-context.js';
-import type { AuditAnchor } from './rules/audit-chain.js';
 
 /** The states of a delivery row (one per recipient of a message). */
 export const DeliveryState = {
@@ -509,6 +508,23 @@ export interface AuditDraft {
   readonly action: string;
   readonly target: string;
   readonly detail: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The audit log's anchor (rules/audit-chain.ts): what the store keeps beside the log (table
+ * audit_anchor, one row), written in the same transaction as every append and every prune, so
+ * it always says where the log's two ends are.
+ */
+export interface AuditAnchor {
+  /** The newest entry appended: its seq and hash (0 and GENESIS_HASH: none yet). */
+  readonly seq: number;
+  readonly hash: string;
+  /**
+   * The highest seq retention pruned (0: none) and that entry's hash: what the first kept
+   * entry holds as prev_hash (GENESIS_HASH when nothing was pruned).
+   */
+  readonly prunedSeq: number;
+  readonly prunedHash: string;
 }
 
 export interface AuditEntry {

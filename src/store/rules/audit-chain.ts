@@ -39,7 +39,7 @@
  * from GENESIS_HASH, else its prev_hash taken as given, so entries removed at either end
  * cannot show.
  */
-import type { AuditEntry } from '../store.js';
+import type { AuditAnchor, AuditEntry } from '../store.js';
 import { type AuditBody, auditHash, GENESIS_HASH } from './operators.js';
 
 export type ChainBreakKind = 'changed' | 'removed' | 'inserted';
@@ -66,21 +66,8 @@ export interface ChainReport {
 /** Entries with seq > `after`, oldest first, at most `limit` (Store.audit). */
 export type AuditPages = (after: number, limit: number) => Promise<readonly AuditEntry[]>;
 
-/**
- * What the store keeps beside the log (table audit_anchor, one row), written in the same
- * transaction as every append and every prune, so it always says where the log's two ends are.
- */
-export interface AuditAnchor {
-  /** The newest entry appended: its seq and hash (0 and GENESIS_HASH: none yet). */
-  readonly seq: number;
-  readonly hash: string;
-  /**
-   * The highest seq retention pruned (0: none) and that entry's hash: what the first kept
-   * entry holds as prev_hash (GENESIS_HASH when nothing was pruned).
-   */
-  readonly prunedSeq: number;
-  readonly prunedHash: string;
-}
+/** What the store keeps beside the log: store.ts AuditAnchor (defined there, as AuditEntry is). */
+export type { AuditAnchor };
 
 /** The anchor's row as both engines keep it. */
 export interface AuditAnchorRow {
