@@ -19,6 +19,7 @@ import { Agent, request } from 'undici';
 import {
   benchDir,
   CLI,
+  cpuMeter,
   latencySummary,
   pgDatabase,
   round,
@@ -156,6 +157,9 @@ async function run(n) {
   await new Promise((r) => setTimeout(r, Math.max(2000, n)));
   const rssParked = rssMiB(adapter.pid);
 
+  // the adapters' CPU (all replicas) from the first send to the last hand-over, per message
+  const meter = cpuMeter({ adapters: adapters.map((a) => a.pid) });
+  meter.start();
   let sent = 0;
   const started = performance.now();
   const sends = [];
@@ -192,6 +196,7 @@ async function run(n) {
   const end = performance.now() + 2 * LATE_MS + wait * 1000;
   while (received < sent && performance.now() < end) await new Promise((r) => setTimeout(r, 50));
   const rss = rssMiB(adapter.pid);
+  const { cpu_us } = meter.stop(received);
   stopping = true;
   for (const a of adapters) await a.stop();
   await db?.drop();
@@ -220,6 +225,7 @@ async function run(n) {
     hand_over_max_ms: round(Math.max(0, ...handOver), 1),
     rss_parked_mib: round(rssParked, 0),
     rss_mib: round(rss, 0),
+    adapter_cpu_us: cpu_us.adapters,
   };
 }
 
@@ -235,11 +241,11 @@ for (const n of counts) {
   rows.push(r);
 }
 console.log(
-  '\n| agents | replicas | sent | missing | late > 1 s (parked poll) | behind an ack | p50 ms | p99 ms | max ms | adapter p99 ms | errors | RSS MiB |',
+  '\n| agents | replicas | sent | missing | late > 1 s (parked poll) | behind an ack | p50 ms | p99 ms | max ms | adapter p99 ms | errors | RSS MiB | adapter CPU µs/msg |',
 );
-console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
 for (const r of rows) {
   console.log(
-    `| ${r.agents} | ${r.replicas} | ${r.sent} | ${r.missing} | ${r.late_over_1s} | ${r.late_behind_ack} | ${r.hand_over_p50_ms} | ${r.hand_over_p99_ms} | ${r.hand_over_max_ms} | ${r.adapter_hand_over_p99_ms} | ${r.errors} | ${r.rss_mib} |`,
+    `| ${r.agents} | ${r.replicas} | ${r.sent} | ${r.missing} | ${r.late_over_1s} | ${r.late_behind_ack} | ${r.hand_over_p50_ms} | ${r.hand_over_p99_ms} | ${r.hand_over_max_ms} | ${r.adapter_hand_over_p99_ms} | ${r.errors} | ${r.rss_mib} | ${r.adapter_cpu_us} |`,
   );
 }

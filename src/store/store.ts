@@ -821,6 +821,14 @@ export interface Store {
    * (one adapter sees every change it makes).
    */
   readonly safetyPollMs?: number;
+  /**
+   * Which of `agents` have a delivery pending and ready at `now` (not waiting out a retry's
+   * backoff, not past its deadline): a read, no lock. The safety poll wakes only their parked
+   * polls (adapter/delivery.ts); a store without it has every parked poll look again. A superset
+   * of the agents a lease would give something (a lane whose head is leased counts): an agent
+   * named in vain looks again and parks, as every parked poll did at each safety poll before.
+   */
+  readyAmong?(agents: readonly string[], now: number): Promise<ReadonlySet<string>>;
   close(): Promise<void>;
 }
 

@@ -504,6 +504,15 @@ export const PG_SQL = {
       (SELECT min(expires_at) FROM deliveries WHERE state = 0 AND expires_at IS NOT NULL),
       (SELECT min(deliver_at) FROM scheduled WHERE cancelled_at IS NULL)) AS due`,
 
+  // the safety poll's question (store.ts readyAmong): of the agents $1, those with a pending
+  // delivery ready at $2; one probe of deliveries_lanes per agent, stopped at the first row
+  readyAmong: `
+    SELECT a.agent FROM unnest($1::text[]) AS a (agent)
+    WHERE EXISTS (
+      SELECT 1 FROM deliveries d
+      WHERE d.recipient = a.agent AND d.state IN (0, 1) AND d.state = 0 AND d.available_at <= $2
+        AND (d.expires_at IS NULL OR d.expires_at > $2))`,
+
   // deliveries
   /**
    * The $3 oldest normal pending deliveries of agent $1 from sender $2: the next to evict, in

@@ -1522,6 +1522,11 @@ export class PgStore implements Store {
     return due;
   }
 
+  async readyAmong(agents: readonly string[], now: number): Promise<ReadonlySet<string>> {
+    const rows = await this.#read<{ agent: string }>('readyAmong', [agents, now]);
+    return new Set(rows.map((r) => r.agent));
+  }
+
   async storageUse(): Promise<StorageUse> {
     const [used] = await this.#read<{ used: number }>('storedBytes');
     const senders = await this.#read<{ id: string; stored_bytes: number }>('senders');
