@@ -3,7 +3,11 @@
 // NORMAL. One JSON line per measurement on stdout, with the server's CPU per acked send (cpu_us).
 //
 //   node bench/path/send.mjs [--seconds 5] [--inflight 1,16,64] [--to @qa] [--keys v7|v4]
-//                       [--floor yes|no] [--sync full,normal]
+//                       [--floor yes|no] [--log-floor yes|no] [--sync full,normal]
+//
+// The log floor (bench/lib/log-floor.mjs): the same sends to a server whose write path is one
+// fdatasync'ed append per group, with its indexes in memory: the floor of the design step the
+// adapter's profile points to.
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import {
@@ -27,6 +31,7 @@ const { values } = parseArgs({
     // for the (sender, key) index, one B-tree page written per message
     keys: { type: 'string', default: 'v7' },
     floor: { type: 'string', default: 'yes' },
+    'log-floor': { type: 'string', default: 'yes' },
     sync: { type: 'string', default: 'full,normal' },
   },
 });
@@ -68,6 +73,22 @@ if (values.floor === 'yes') {
     emit({ target: 'http-floor', inflight, ...r });
   }
   await floor.stop();
+}
+
+for (const mode of values['log-floor'] === 'yes' ? ['sync', 'async'] : []) {
+  const { dir, cleanup } = benchDir();
+  const log = await startProcess(
+    [new URL('../lib/log-floor.mjs', import.meta.url).pathname, `${dir}/log`, mode],
+    {},
+    (e) => e.msg === 'log floor ready',
+  );
+  for (const inflight of levels) {
+    const meter = cpuMeter({ 'log-floor': [log.pid] });
+    const r = await closedLoop(log.url, { inflight, seconds, makeRequest, check: created, meter });
+    emit({ target: `log-floor-${mode}`, inflight, ...r });
+  }
+  await log.stop();
+  cleanup();
 }
 
 for (const sync of values.sync.split(',')) {
