@@ -505,12 +505,13 @@ export const PG_SQL = {
       (SELECT min(deliver_at) FROM scheduled WHERE cancelled_at IS NULL)) AS due`,
 
   // the safety poll's question (store.ts readyAmong): of the agents $1, those with a pending
-  // delivery ready at $2; one probe of deliveries_lanes per agent, stopped at the first row
+  // delivery ready at $2; one probe of deliveries_lanes per agent (the planner proves state = 0
+  // within its state IN (0, 1)), stopped at the first row
   readyAmong: `
     SELECT a.agent FROM unnest($1::text[]) AS a (agent)
     WHERE EXISTS (
       SELECT 1 FROM deliveries d
-      WHERE d.recipient = a.agent AND d.state IN (0, 1) AND d.state = 0 AND d.available_at <= $2
+      WHERE d.recipient = a.agent AND d.state = 0 AND d.available_at <= $2
         AND (d.expires_at IS NULL OR d.expires_at > $2))`,
 
   // deliveries
